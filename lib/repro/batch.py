@@ -1,0 +1,223 @@
+"""The batch runner behind ``python -m repro run``: papermill executes notebooks, one record per notebook.
+
+Each notebook runs in its own papermill process (a fresh kernel) with ``MODE`` and ``SEED`` injected. The
+executed copy is written to a temporary file and moved over the notebook only on success, so a failing,
+timed-out or killed run never leaves a half-written notebook; the failed copy is kept in
+``results/logs/`` for inspection. Results files are written atomically by the notebooks themselves
+(:func:`repro.report.finish`). ``results/manifest.json`` is updated after every notebook, so a run killed
+half-way keeps the records of what finished. Quick mode pins one thread per kernel (TOOLCHAIN.md).
+Full mode writes executed notebooks and results under ``results/full/`` so the committed quick-mode
+outputs (which the tests compare against) stay as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import report, runtime
+
+NOTEBOOK_RE = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
+
+
+@dataclass
+class Outcome:
+    """What one notebook run produced, as recorded in the manifest."""
+
+    notebook: str
+    mode: str
+    seed: int
+    status: str  # "ok" | "failed" | "timeout"
+    seconds: float
+    error: str | None = None
+    claims_passed: int | None = None
+    claims_failed: int | None = None
+    claims_failed_ids: list[str] | None = None
+    output: str | None = None
+
+
+def discover(root: Path, only: list[str] | None = None) -> list[Path]:
+    """Notebooks ``notebooks/NN-slug.ipynb`` in number order, optionally only the numbers in ``only``."""
+    found = sorted(p for p in (root / "notebooks").glob("*.ipynb") if NOTEBOOK_RE.match(p.name))
+    if not only:
+        return found
+    wanted = {n.zfill(2) for n in only}
+    have = {p.name[:2]: p for p in found}
+    missing = sorted(wanted - set(have))
+    if missing:
+        raise ValueError(f"no notebook numbered {', '.join(missing)}; available: {', '.join(sorted(have))}")
+    return [have[n] for n in sorted(wanted)]
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill a process and all its descendants (papermill starts the kernel in a session of its own)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = [*parent.children(recursive=True), parent]
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _error_of(executed: Path, log: str) -> str:
+    """The first error a failed notebook shows (``ename: evalue``), else the tail of papermill's log."""
+    try:
+        nb = json.loads(executed.read_text())
+        for cell in nb.get("cells", []):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    return f"{out.get('ename')}: {out.get('evalue')}"[:2000]
+    except (OSError, ValueError):
+        pass
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[-5:])[:2000] or "papermill failed without output"
+
+
+def _claims(results: Path, since: float) -> tuple[int | None, int | None, list[str] | None]:
+    """Passed/failed asserted-or-reported claim counts from a results file written after ``since``."""
+    try:
+        if results.stat().st_mtime < since:
+            return None, None, None
+        claims = json.loads(results.read_text())["claims"]
+    except (OSError, ValueError, KeyError):
+        return None, None, None
+    failed = [c["id"] for c in claims if not c["holds"]]
+    return len(claims) - len(failed), len(failed), failed
+
+
+def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float | None = None) -> Outcome:
+    """Execute one notebook with papermill; replace it (quick) or write ``results/full/`` (full) on success."""
+    runtime.check_mode(mode)
+    results = root / "results"
+    tmp_dir, logs = results / ".tmp", results / "logs"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_dir / f"{notebook.stem}.{os.getpid()}.{threading.get_ident()}.ipynb"
+    target = notebook if mode == "quick" else results / mode / notebook.name
+    env = {**os.environ, report.RESULTS_ENV: str(results), "PYTHONHASHSEED": "0"}
+    if mode == "quick":
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "papermill", str(notebook), str(tmp), "-p", "MODE", mode, "-p", "SEED",
+           str(seed), "-k", "python3", "--cwd", str(notebook.parent), "--no-progress-bar",
+           "--log-level", "WARNING"]
+    start = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+        status = "ok" if proc.returncode == 0 else "failed"
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc.pid)
+        log, _ = proc.communicate()
+        status = "timeout"
+    seconds = time.time() - start
+    stem = notebook.stem
+    passed, failed, failed_ids = _claims(results / ("" if mode == "quick" else mode) / f"{stem}.json", start)
+    outcome = Outcome(notebook=stem, mode=mode, seed=seed, status=status, seconds=round(seconds, 1),
+                      claims_passed=passed, claims_failed=failed, claims_failed_ids=failed_ids)
+    if status == "ok":
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+        outcome.output = str(target.relative_to(root))
+    else:
+        outcome.error = (f"timed out after {timeout:g} s" if status == "timeout" else _error_of(tmp, log))
+        if tmp.exists():
+            logs.mkdir(parents=True, exist_ok=True)
+            kept = logs / f"{stem}.{mode}.failed.ipynb"
+            os.replace(tmp, kept)
+            outcome.output = str(kept.relative_to(root))
+    return outcome
+
+
+class Manifest:
+    """``results/manifest.json``: one record per notebook, merged with earlier runs, rewritten atomically
+    after every notebook (thread-safe)."""
+
+    def __init__(self, root: Path):
+        self.path = root / "results" / "manifest.json"
+        self.root = root
+        self.lock = threading.Lock()
+        try:
+            self.data: dict[str, Any] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        self.data.setdefault("notebooks", {})
+
+    def record(self, outcome: Outcome) -> None:
+        with self.lock:
+            entry = {k: v for k, v in asdict(outcome).items() if v is not None}
+            entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git=report.git_revision(self.root),
+                         versions=report.versions(), hardware=_hardware())
+            key = outcome.notebook if outcome.mode == "quick" else f"{outcome.notebook} ({outcome.mode})"
+            self.data["notebooks"][key] = entry
+            self.data["notebooks"] = dict(sorted(self.data["notebooks"].items()))
+            report.write_json_atomic(self.path, self.data)
+
+
+def _hardware() -> dict[str, Any]:
+    """The runner's machine; notebook kernels record their own (with torch threads) in their results."""
+    info = report.hardware()
+    info.pop("torch_threads", None)
+    try:
+        import torch
+
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        info["gpu"] = None
+    return info
+
+
+def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: int = 1,
+        timeout: float | None = None, seed: int = 0, progress: bool = True) -> list[Outcome]:
+    """Execute the selected notebooks (``jobs`` at a time), keep going past failures, record each in the
+    manifest. Returns the outcomes in notebook order."""
+    runtime.check_mode(mode)
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"--timeout must be positive, got {timeout}")
+    notebooks = discover(root, only)
+    if not notebooks:
+        raise ValueError(f"no notebooks found in {root / 'notebooks'}")
+    man = Manifest(root)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(notebooks), desc=f"{mode} run", unit="nb", disable=not progress)
+    outcomes: dict[str, Outcome] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(execute, root, nb, mode, seed, timeout): nb for nb in notebooks}
+        for fut in as_completed(futures):
+            out = fut.result()
+            man.record(out)
+            outcomes[out.notebook] = out
+            bar.set_postfix_str(f"{out.notebook}: {out.status} ({out.seconds:.0f} s)")
+            bar.update()
+    bar.close()
+    return [outcomes[nb.stem] for nb in notebooks]
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    """A few lines for the terminal: one per notebook, then the failures' errors."""
+    lines = []
+    for o in outcomes:
+        claims = "" if o.claims_passed is None else f", claims {o.claims_passed} held / {o.claims_failed} not"
+        lines.append(f"{o.notebook:40s} {o.status:8s} {o.seconds:7.1f} s{claims}")
+    for o in outcomes:
+        if o.status != "ok":
+            lines.append(f"\n{o.notebook} {o.status}: {o.error}\n  (executed copy: {o.output})")
+    return "\n".join(lines)

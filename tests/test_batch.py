@@ -1,0 +1,139 @@
+"""The batch runner (python -m repro run): failures are recorded and the rest go on; timeouts kill the whole
+process tree; a killed run leaves earlier results and notebooks intact; bad arguments fail at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from repro import batch
+
+PARAMS = 'MODE = "quick"\nSEED = 0\nDEVICE = "auto"'
+FINISH = (
+    "from repro.report import Claim, finish\n"
+    "finish('{stem}', mode=MODE, seed=SEED, claims=[Claim('C1', 'x', paper=1, measured=1, lo=0, hi=2),\n"
+    "       Claim('C2', 'y', paper=1, measured=5, hi=2, asserted=False)])"
+)
+
+
+def make_notebook(root: Path, stem: str, *body: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(PARAMS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, *(nbformat.v4.new_code_cell(b.replace("{stem}", stem)) for b in body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = root / "notebooks" / f"{stem}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "results").mkdir()
+    return tmp_path
+
+
+def test_a_failing_notebook_is_recorded_and_the_others_run(root):
+    ok = make_notebook(root, "01-ok", FINISH)
+    bad = make_notebook(root, "02-bad", "raise ValueError('boom')")
+    also_ok = make_notebook(root, "03-plain", "x = 1 + 1")
+    bad_before = bad.read_text()
+    outcomes = batch.run(root, "quick", progress=False)
+    assert [o.status for o in outcomes] == ["ok", "failed", "ok"]
+    assert "ValueError: boom" in outcomes[1].error
+    assert bad.read_text() == bad_before  # a failed run never overwrites the notebook
+    assert (root / outcomes[1].output).exists()  # the failed executed copy is kept for inspection
+    assert "papermill" in nbformat.read(ok, as_version=4).metadata  # executed in place
+    assert nbformat.read(also_ok, as_version=4).cells[1].outputs == []
+    man = json.loads((root / "results" / "manifest.json").read_text())["notebooks"]
+    assert man["01-ok"]["status"] == "ok" and man["02-bad"]["status"] == "failed"
+    assert (man["01-ok"]["claims_passed"], man["01-ok"]["claims_failed"]) == (1, 1)
+    assert man["01-ok"]["claims_failed_ids"] == ["C2"]
+    assert {"git", "versions", "hardware", "seconds"} <= set(man["01-ok"])
+    assert json.loads((root / "results" / "01-ok.json").read_text())["mode"] == "quick"
+
+
+def test_a_notebook_past_its_timeout_is_killed(root):
+    make_notebook(root, "01-slow", "import os, time\nopen('kernel.pid', 'w').write(str(os.getpid()))\n"
+                                   "time.sleep(120)")
+    start = time.time()
+    [out] = batch.run(root, "quick", timeout=20, progress=False)
+    assert out.status == "timeout" and "timed out" in out.error
+    assert time.time() - start < 60
+    pid = int((root / "notebooks" / "kernel.pid").read_text())
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the kernel died with papermill
+
+
+def test_a_killed_run_leaves_earlier_results_intact(root):
+    make_notebook(root, "01-quick", FINISH)
+    slow = make_notebook(root, "02-slow", "import time\ntime.sleep(120)", FINISH)
+    old_result = '{"slug": "02-slow", "claims": [], "mode": "quick"}\n'
+    (root / "results" / "02-slow.json").write_text(old_result)
+    (root / "results" / "manifest.json").write_text(json.dumps({"notebooks": {"02-slow": {"status": "ok"}}}))
+    slow_before = slow.read_text()
+    proc = subprocess.Popen([sys.executable, "-m", "repro", "--root", str(root), "run", "--no-progress"],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        man = json.loads((root / "results" / "manifest.json").read_text())
+        if "01-quick" in man["notebooks"]:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the first notebook never finished")
+    time.sleep(3)  # the second notebook is running now
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (root / "results" / "02-slow.json").read_text() == old_result
+    assert slow.read_text() == slow_before
+    man = json.loads((root / "results" / "manifest.json").read_text())["notebooks"]
+    assert man["01-quick"]["status"] == "ok" and man["02-slow"] == {"status": "ok"}
+    assert json.loads((root / "results" / "01-quick.json").read_text())["claims"]
+
+
+def test_bad_mode_fails_at_once_with_the_valid_modes():
+    start = time.time()
+    out = subprocess.run([sys.executable, "-m", "repro", "run", "--mode", "bogus"], capture_output=True,
+                         text=True, cwd=Path(__file__).parents[1])
+    assert out.returncode == 2
+    assert "unknown MODE 'bogus'" in out.stderr and "'quick'" in out.stderr and "'full'" in out.stderr
+    assert time.time() - start < 30
+
+
+def test_unknown_notebook_number_and_bad_arguments(root):
+    make_notebook(root, "05-x", "pass")
+    with pytest.raises(ValueError, match="no notebook numbered 07; available: 05"):
+        batch.discover(root, ["07"])
+    with pytest.raises(ValueError, match="jobs"):
+        batch.run(root, "quick", jobs=0, progress=False)
+    with pytest.raises(ValueError, match="unknown MODE"):
+        batch.run(root, "fast", progress=False)
+    assert [p.name for p in batch.discover(root, ["5"])] == ["05-x.ipynb"]
+
+
+def test_exit_status_is_nonzero_when_a_notebook_fails(root):
+    make_notebook(root, "01-bad", "1 / 0")
+    out = subprocess.run([sys.executable, "-m", "repro", "--root", str(root), "run", "--no-progress"],
+                         capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "ZeroDivisionError" in out.stdout
+
+
+def test_full_mode_leaves_the_committed_notebook_alone(root):
+    nb = make_notebook(root, "01-ok", FINISH)
+    before = nb.read_text()
+    [out] = batch.run(root, "full", progress=False)
+    assert out.status == "ok" and out.output == "results/full/01-ok.ipynb"
+    assert nb.read_text() == before
+    assert json.loads((root / "results" / "full" / "01-ok.json").read_text())["mode"] == "full"

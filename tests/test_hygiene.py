@@ -1,0 +1,103 @@
+"""Notebook and book hygiene: every notebook follows the skeleton, is committed executed and clean, has its
+results file, and everything generated from book/papers.yml and _config.yml is in sync."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from repro import book
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+PAPERS = {p.stem: p for p in book.load_registry(ROOT)[1]}
+
+
+def tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def nb(request):
+    return request.param, nbformat.read(request.param, as_version=4)
+
+
+def test_there_is_a_notebook():
+    assert NOTEBOOKS, "no notebooks found"
+
+
+def test_name_is_a_registered_paper(nb):
+    path, _ = nb
+    assert path.stem in PAPERS, f"{path.name} is not NN-slug of book/papers.yml"
+
+
+def test_skeleton(nb):
+    path, notebook = nb
+    assert notebook.metadata["kernelspec"]["name"] == "python3"
+    cells = notebook.cells
+    assert book.HEADER_TAG in tags(cells[0]) and cells[0].cell_type == "markdown"
+    colab = re.search(r"colab\.research\.google\.com/github/[^)]+/blob/[^/]+/(notebooks/[^)]+)\)", cells[0].source)
+    assert colab and colab.group(1) == f"notebooks/{path.name}", "the Colab badge must point at this file"
+    setup = [c for c in cells if book.SETUP_TAG in tags(c)]
+    assert len(setup) == 1 and "hide-input" in tags(setup[0]) and "torch" not in setup[0].source.split("pip")[-1]
+    params = [c for c in cells if "parameters" in tags(c)]
+    assert len(params) == 1
+    assert re.search(r'^MODE = "quick"', params[0].source, re.M)
+    assert re.search(r"^SEED = \d+", params[0].source, re.M) and re.search(r"^DEVICE = ", params[0].source, re.M)
+    last = [c for c in cells if c.cell_type == "code"][-1]
+    finishing = [c for c in cells if c.cell_type == "code" and "finish(" in c.source]
+    assert len(finishing) == 1 and "# NBVAL_CHECK_OUTPUT" in finishing[0].source
+    assert last is finishing[0] or all(not c.source.strip() for c in cells[cells.index(finishing[0]) + 1:]
+                                       if c.cell_type == "code")
+
+
+def test_committed_with_clean_quick_outputs(nb):
+    path, notebook = nb
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert any(c.outputs for c in code), "commit notebooks executed (the book renders committed outputs)"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    injected = [c for c in code if "injected-parameters" in tags(c)]
+    assert not injected or 'MODE = "quick"' in injected[0].source, "committed outputs must be quick mode"
+    text = json.dumps([c.outputs for c in code])
+    assert str(ROOT) not in text and "/root/" not in text, "no machine paths in committed outputs"
+
+
+def test_results_file(nb):
+    path, _ = nb
+    rec = json.loads((ROOT / "results" / f"{path.stem}.json").read_text())
+    assert rec["slug"] == path.stem and rec["mode"] == "quick"
+    asserted = [c for c in rec["claims"] if c["asserted"]]
+    assert len(asserted) >= 2, "each notebook asserts at least two claims"
+    assert all(c["holds"] for c in asserted)
+    for c in rec["claims"]:
+        assert c["verdict"] in ("Re", "~Re", "not Re")
+        assert c["verdict"] == "not Re" or c["holds"]
+
+
+def test_generated_files_are_in_sync():
+    assert book.out_of_sync(ROOT) == [], "run `python -m repro sync` and commit"
+
+
+def test_toc_lists_exactly_the_notebooks():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [ch["file"] for part in toc["parts"] for ch in part["chapters"] if ch["file"].startswith("notebooks/")]
+    assert sorted(files) == [f"notebooks/{p.stem}" for p in NOTEBOOKS]
+
+
+def test_config_pins_what_the_design_requires():
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert cfg["execute"]["execute_notebooks"] == "off"
+    reqs = (ROOT / "requirements.txt").read_text()
+    assert re.search(r"^torch==2\.13\.0$", reqs, re.M)
+    assert re.search(r"^jupyter-book==1\.", reqs, re.M)
+    assert "torch==" not in (ROOT / "pyproject.toml").read_text()
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci.endswith("-m pytest") and ci in (ROOT / "README.md").read_text()

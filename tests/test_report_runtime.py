@@ -1,0 +1,99 @@
+"""repro.report (the results contract) and repro.runtime (mode, device, seeds, threads)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from repro import report, runtime
+from repro.report import Claim, ClaimFailed, finish
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv(report.RESULTS_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_unknown_mode_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown MODE 'fast'; valid modes are 'quick', 'full'"):
+        runtime.check_mode("fast")
+    with pytest.raises(ValueError, match="unknown MODE"):
+        runtime.setup("Quick")
+    assert runtime.check_mode("full") == "full"
+
+
+def test_devices():
+    assert runtime.device("cpu") == torch.device("cpu")
+    assert runtime.device("auto").type in {"cpu", "cuda", "mps"}
+    with pytest.raises(ValueError, match="unknown DEVICE 'tpu'"):
+        runtime.device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            runtime.device("cuda")
+
+
+def test_seeds_and_quick_mode_threads():
+    run = runtime.setup("quick", seed=3, device_name="cpu")
+    a = (torch.rand(3), run.rng.random())
+    run = runtime.setup("quick", seed=3, device_name="cpu")
+    b = (torch.rand(3), run.rng.random())
+    assert torch.equal(a[0], b[0]) and a[1] == b[1]
+    assert torch.get_num_threads() == 1 and run.quick
+    assert runtime.elapsed() is not None and runtime.elapsed() >= 0
+    with pytest.raises(ValueError, match="SEED"):
+        runtime.seed_everything(-1)
+
+
+def test_claim_verdicts():
+    assert Claim("C1", "t", paper=-0.5, measured=-0.48, lo=-0.6, hi=-0.4).verdict == "Re"
+    assert Claim("C1", "t", paper=-0.5, measured=-0.48, lo=-0.6, hi=-0.4, analogue=True).verdict == "~Re"
+    c = Claim("C1", "t", paper=-0.5, measured=-0.3, lo=-0.6, hi=-0.4, analogue=True)
+    assert c.verdict == "not Re" and not c.holds and c.tolerance == "[-0.6, -0.4]"
+    assert Claim("C1", "t", paper=1, measured=math.nan, hi=2).verdict == "not Re"
+    assert Claim("C1", "t", paper=1, measured=2, hi=2).tolerance == "<= 2"
+    with pytest.raises(ValueError, match="lo / hi"):
+        Claim("C1", "t", paper=1, measured=1)
+
+
+def test_finish_writes_the_record_and_raises_on_a_failed_asserted_claim(results):
+    ok = Claim("C1", "holds", paper=1, measured=1.0, lo=0.5)
+    reported = Claim("C2", "reported only", paper=1, measured=0.0, lo=0.5, asserted=False)
+    rec = finish("99-test", mode="quick", seed=0, claims=[ok, reported], metrics={"x": [1, 2]}, display=False)
+    on_disk = json.loads((results / "99-test.json").read_text())
+    assert on_disk["claims"][1]["verdict"] == "not Re" and rec["metrics"] == {"x": [1, 2]}
+    assert {"runtime_s", "hardware", "versions", "git", "seed", "mode"} <= set(on_disk)
+    bad = Claim("C3", "fails", paper=1, measured=0.0, lo=0.5)
+    with pytest.raises(ClaimFailed, match="C3: measured 0, needed >= 0.5"):
+        finish("99-test", mode="quick", seed=0, claims=[ok, bad], display=False)
+    assert json.loads((results / "99-test.json").read_text())["claims"][1]["id"] == "C3"  # still written
+    finish("99-test", mode="full", seed=1, claims=[ok], display=False)
+    assert json.loads((results / "full" / "99-test.json").read_text())["mode"] == "full"
+    assert not list(results.glob(".*.tmp"))
+
+
+def test_finish_rejects_bad_input(results):
+    c = Claim("C1", "x", paper=1, measured=1, hi=2)
+    with pytest.raises(ValueError, match="unknown MODE"):
+        finish("99-test", mode="bogus", seed=0, claims=[c], display=False)
+    with pytest.raises(ValueError, match="duplicate"):
+        finish("99-test", mode="quick", seed=0, claims=[c, c], display=False)
+    with pytest.raises(ValueError, match="at least one claim"):
+        finish("99-test", mode="quick", seed=0, claims=[], display=False)
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "r.json"
+    report.write_json_atomic(path, {"a": 1})
+    with pytest.raises(TypeError):
+        report.write_json_atomic(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_table_is_rounded_text():
+    df = report.table([Claim("C1", "t", paper=-0.5, measured=-0.50412345, lo=-0.6, hi=-0.4)])
+    assert df.iloc[0]["ours"] == "-0.5041" and df.iloc[0]["verdict"] == "Re"
