@@ -1,0 +1,208 @@
+"""repro.contracts against independent references: brute-force best responses on grids, exact rational
+arithmetic for ties, closed forms, and the exact binomial tail of a two-point instance."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from repro import contracts as C
+
+
+def brute_reward(R: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """R_{i*(α)} by explicit argmax over actions at each α, ties to the highest reward (types × alphas)."""
+    value = alpha[None, None, :] * R[:, :, None] - c[:, :, None]  # (T, k, A)
+    best = value.max(dim=1, keepdim=True).values
+    tied = value == best
+    return torch.where(tied, R[:, :, None], torch.tensor(-1.0, dtype=R.dtype)).max(dim=1).values
+
+
+def exact_reward(R: list[Fraction], c: list[Fraction], alpha: Fraction) -> Fraction:
+    """The same in exact rational arithmetic for one type."""
+    values = [alpha * r - ci for r, ci in zip(R, c, strict=True)]
+    top = max(values)
+    return max(r for r, v in zip(R, values, strict=True) if v == top)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def test_envelope_matches_brute_force_on_grid(rng):
+    R, c = C.random_types(300, 40, rng=rng)
+    env = C.envelope(R, c)
+    alpha = torch.linspace(0, 1, 4001, dtype=torch.float64)
+    got, want = env.reward(alpha), brute_reward(R, c, alpha)
+    near_break = (alpha[None, :] - env.breaks[:, :, None]).abs().min(dim=1).values < 1e-9
+    assert torch.equal(got[~near_break], want[~near_break])
+    assert near_break.float().mean() < 1e-3
+
+
+def test_envelope_is_monotone_with_at_most_k_minus_1_breaks(rng):
+    for k in (1, 2, 5, 64):
+        R, c = C.random_types(100, k, rng=rng)
+        env = C.envelope(R, c)
+        assert env.breaks.shape == (100, k - 1)
+        assert (env.n_breaks <= k - 1).all()
+        assert (env.rewards[:, 1:] >= env.rewards[:, :-1]).all()
+        finite = torch.isfinite(env.breaks)
+        assert ((env.breaks[finite] >= 0) & (env.breaks[finite] <= 1)).all()
+
+
+def test_ties_go_to_the_principal_exactly():
+    # Three lines through the point (1/2, 1/8), plus the null action: at α = 1/2 they all tie and the highest
+    # reward must win; with exact dyadic data the float envelope can be compared in exact arithmetic.
+    Rs = [Fraction(0), Fraction(1, 4), Fraction(1, 2), Fraction(3, 4)]
+    cs = [Fraction(0), Fraction(1, 2) * Fraction(1, 4) - Fraction(1, 8),
+          Fraction(1, 2) * Fraction(1, 2) - Fraction(1, 8), Fraction(1, 2) * Fraction(3, 4) - Fraction(1, 8)]
+    R = torch.tensor([[float(x) for x in Rs]], dtype=torch.float64)
+    c = torch.tensor([[float(x) for x in cs]], dtype=torch.float64)
+    env = C.envelope(R, c)
+    for a in [Fraction(k, 64) for k in range(65)]:
+        assert env.reward(torch.tensor([float(a)], dtype=torch.float64)).item() == exact_reward(Rs, cs, a)
+    assert env.reward(torch.tensor([0.5], dtype=torch.float64)).item() == 0.75
+
+
+def test_envelope_against_exact_rationals_with_many_ties(rng):
+    # Dyadic rewards and costs on a coarse lattice make exact ties common.
+    for _ in range(200):
+        k = int(rng.integers(2, 7))
+        Rs = [Fraction(0)] + [Fraction(int(x), 8) for x in rng.integers(0, 9, k - 1)]
+        cs = [Fraction(0)] + [Fraction(int(x), 16) for x in rng.integers(0, 12, k - 1)]
+        env = C.envelope(torch.tensor([[float(x) for x in Rs]], dtype=torch.float64),
+                         torch.tensor([[float(x) for x in cs]], dtype=torch.float64))
+        # Crossings are (m/16)/(j/8) = m/(2j): the dyadic ones lie on this grid and float division gets them
+        # exactly, so ties happen at grid points; the others are at least 1/1536 away from every grid point.
+        grid = [Fraction(j, 256) for j in range(257)]
+        got = env.reward(torch.tensor([[float(a) for a in grid]], dtype=torch.float64))[0]
+        assert [Fraction(g) for g in got.tolist()] == [exact_reward(Rs, cs, a) for a in grid]
+
+
+def test_two_action_closed_form():
+    # Null action plus one action (R, c) with R > c: the optimal linear contract is α* = c / R.
+    R = torch.tensor([[0.0, 0.8]], dtype=torch.float64)
+    c = torch.tensor([[0.0, 0.2]], dtype=torch.float64)
+    curve = C.mean_reward(C.envelope(R, c))
+    alpha, value = curve.eum()
+    assert alpha.item() == pytest.approx(0.25, abs=1e-15)
+    assert value.item() == pytest.approx(0.8 - 0.2, abs=1e-15)
+    # When the action does not pay (R < c), the best contract pays nothing.
+    curve = C.mean_reward(C.envelope(R, torch.tensor([[0.0, 0.9]], dtype=torch.float64)))
+    assert curve.eum()[1].item() == 0.0
+
+
+def _brute_empirical(R, c, alpha):
+    return ((1 - alpha) * brute_reward(R, c, alpha)).mean(dim=0)
+
+
+def test_eum_against_brute_force_grid(rng):
+    G = 100_000
+    alpha = torch.linspace(0, 1, G + 1, dtype=torch.float64)
+    for _ in range(5):
+        R, c = C.random_types(60, 12, rng=rng)
+        a_hat, value = C.mean_reward(C.envelope(R, c)).eum()
+        grid = _brute_empirical(R, c, alpha)
+        # never worse than any grid point, and within the grid's resolution of the grid's best
+        assert value.item() >= grid.max().item() - 1e-12
+        assert value.item() <= grid.max().item() + 1.0 / G
+        # the reported value is attained at the returned contract (right-continuity at a breakpoint)
+        at = _brute_empirical(R, c, a_hat + 1e-13)
+        assert at.item() == pytest.approx(value.item(), abs=1e-11)
+
+
+def test_sup_deviation_is_exact(rng):
+    pop = C.random_population(40, 10, rng=rng)
+    w = pop.sample_weights(30, 4, rng)
+    emp = pop.empirical(w)
+    sup, where = C.sup_deviation(emp, pop.truth)
+    # brute force: evaluate both curves type by type on a fine grid plus just right of every breakpoint
+    breaks = pop.env.breaks[torch.isfinite(pop.env.breaks)]
+    alpha = torch.sort(torch.cat([torch.linspace(0, 1, 20001, dtype=torch.float64), breaks + 1e-12,
+                                  breaks])).values.clamp(0, 1)
+    per_type = (1 - alpha) * brute_reward(pop.R, pop.c, alpha)  # (T, A)
+    gap = (w @ per_type - pop.probs @ per_type).abs()  # (reps, A)
+    assert torch.allclose(sup, gap.max(dim=1).values, atol=1e-10)
+    assert (sup >= gap.max(dim=1).values - 1e-12).all()
+    assert ((where >= 0) & (where <= 1)).all()
+
+
+def test_eum_gap_is_at_most_twice_the_sup_deviation(rng):
+    pop = C.random_population(100, 20, rng=rng)
+    tr = C.run_trials(pop, 50, 300, rng)
+    assert (tr.subopt >= -1e-12).all()
+    assert (tr.subopt <= 2 * tr.sup_dev + 1e-12).all()
+
+
+def test_two_point_instance_matches_the_exact_binomial_tail():
+    eta, n, reps = 0.05, 90, 4000
+    pop = C.two_point_population(eta)
+    tr = C.run_trials(pop, n, reps, np.random.default_rng(7))
+    wrong = (tr.alpha_hat != 0.25).double()
+    assert torch.all((tr.subopt == 0) | (tr.subopt - 0.75 * eta).abs().lt(1e-12))
+    p = 1 / 3 + eta
+    exact = stats.binom.cdf(int(np.ceil(n / 3)) - 1, n, p)  # P(#A < n/3): EUM picks 3/4
+    sd = np.sqrt(exact * (1 - exact) / reps)
+    assert abs(wrong.mean().item() - exact) < 4 * sd
+    assert tr.alpha_star == 0.25
+
+
+def test_generator_is_not_degenerate(rng):
+    env = C.envelope(*C.random_types(500, 50, rng=rng))
+    assert env.n_breaks.min() >= 1
+    assert env.n_breaks.double().mean() >= 2
+
+
+def test_seeded_runs_are_identical():
+    def once():
+        rng = np.random.default_rng(3)
+        pop = C.random_population(50, 10, rng=rng)
+        return C.run_trials(pop, 40, 20, rng).sup_dev
+
+    assert torch.equal(once(), once())
+
+
+def test_float32_agrees_with_float64(rng):
+    R, c = C.random_types(200, 30, rng=rng)
+    e64 = C.envelope(R, c)
+    e32 = C.envelope(R.float(), c.float())
+    alpha = torch.linspace(0, 1, 101, dtype=torch.float64)
+    agree = (e64.reward(alpha).float() == e32.reward(alpha.float())).double().mean()
+    assert agree > 0.99
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_runs_on_cuda(rng):
+    pop = C.random_population(100, 20, rng=rng, device="cuda")
+    tr = C.run_trials(pop, 50, 10, rng)
+    assert tr.sup_dev.device.type == "cuda"
+
+
+@pytest.mark.parametrize(
+    "R, c, match",
+    [
+        (torch.ones(2, 3), torch.ones(2, 2), "shape"),
+        (torch.full((1, 2), 1.5), torch.zeros(1, 2), r"\[0, 1\]"),
+        (torch.ones(1, 2), -torch.ones(1, 2), "non-negative"),
+        (torch.zeros(0, 2), torch.zeros(0, 2), "at least one"),
+        (torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 2), "finite"),
+    ],
+)
+def test_bad_types_are_rejected(R, c, match):
+    with pytest.raises(ValueError, match=match):
+        C.envelope(R, c)
+
+
+def test_bad_population_is_rejected():
+    R, c = torch.ones(2, 2) * 0.5, torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="sum to 1"):
+        C.Population(R=R, c=c, probs=torch.tensor([0.5, 0.6]))
+    pop = C.Population(R=R, c=c, probs=torch.tensor([0.5, 0.5]))
+    with pytest.raises(ValueError, match="n >= 1"):
+        pop.sample_weights(0, 1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="eta"):
+        C.two_point_population(0.9)
