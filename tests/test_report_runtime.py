@@ -95,5 +95,6 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_table_is_rounded_text():
-    df = report.table([Claim("C1", "t", paper=-0.5, measured=-0.50412345, lo=-0.6, hi=-0.4)])
-    assert df.iloc[0]["ours"] == "-0.5041" and df.iloc[0]["verdict"] == "Re"
+    text = report.claims_markdown([Claim("C1", "a|b", paper=-0.5, measured=-0.50412345, lo=-0.6, hi=-0.4)])
+    row = text.splitlines()[2]
+    assert row == "| C1: a\\|b | -0.5 | -0.5041 | [-0.6, -0.4] | yes | **Re** |  |"

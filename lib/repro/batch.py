@@ -101,6 +101,19 @@ def _claims(results: Path, since: float) -> tuple[int | None, int | None, list[s
     return len(claims) - len(failed), len(failed), failed
 
 
+def _hide_injected_parameters(path: Path) -> None:
+    """Tag papermill's injected-parameters cell ``remove-cell`` so the book does not show it twice (the
+    parameters cell above it already shows the values; papermill's metadata records them)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    nbformat.write(nb, path)
+
+
 def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float | None = None) -> Outcome:
     """Execute one notebook with papermill; replace it (quick) or write ``results/full/`` (full) on success."""
     runtime.check_mode(mode)
@@ -131,6 +144,7 @@ def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float
     outcome = Outcome(notebook=stem, mode=mode, seed=seed, status=status, seconds=round(seconds, 1),
                       claims_passed=passed, claims_failed=failed, claims_failed_ids=failed_ids)
     if status == "ok":
+        _hide_injected_parameters(tmp)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, target)
         outcome.output = str(target.relative_to(root))

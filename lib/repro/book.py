@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .report import fmt, write_text_atomic
+from .report import claims_markdown, write_text_atomic
 
 HEADER_TAG = "book-header"
 SETUP_TAG = "setup"
@@ -129,12 +129,7 @@ def render_results_page(root: Path) -> str:
             continue
         lines += [f"## {p.number} · [{p.title}](../notebooks/{p.stem}.ipynb)", "",
                   f"Verdicts: {verdict_counts(rec)} (mode {rec['mode']}, seed {rec['seed']}).", "",
-                  "| claim | paper | ours | tolerance | asserted | verdict |",
-                  "|---|---|---|---|---|---|"]
-        for c in rec["claims"]:
-            text = f"{c['id']}: {c['text']}".replace("|", "\\|")
-            lines.append(f"| {text} | {fmt(c['paper'])} | {fmt(c['measured'])} | {c['tolerance']} | "
-                         f"{'yes' if c['asserted'] else 'reported'} | **{c['verdict']}** |")
+                  claims_markdown(rec["claims"])]
         lines.append("")
     return "\n".join(lines)
 

@@ -207,34 +207,27 @@ def finish(
     return record
 
 
-def table(claims: list[Claim]):
-    """The paper-vs-reproduced table as a pandas DataFrame (values as rounded text)."""
-    import pandas as pd
-
-    rows = [
-        {
-            "claim": f"{c.id}: {c.text}",
-            "paper": fmt(c.paper),
-            "ours": fmt(c.measured),
-            "tolerance": c.tolerance,
-            "asserted": "yes" if c.asserted else "reported",
-            "verdict": c.verdict,
-        }
-        for c in claims
-    ]
-    return pd.DataFrame(rows).set_index("claim")
+def claims_markdown(claims: list[Claim] | list[dict[str, Any]]) -> str:
+    """The paper-vs-reproduced table in Markdown (the notebook's last output and the book's results page)."""
+    rows = ["| claim | paper | ours | tolerance | asserted | verdict | note |", "|---|---|---|---|---|---|---|"]
+    for c in claims:
+        d = asdict(c) if isinstance(c, Claim) else c
+        cells = [f"{d['id']}: {d['text']}", fmt(d["paper"]), fmt(d["measured"]), d["tolerance"],
+                 "yes" if d["asserted"] else "reported", f"**{d['verdict']}**", d.get("note", "")]
+        rows.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
+    return "\n".join(rows)
 
 
 def show(claims: list[Claim]) -> None:
-    """Display the claims table in a notebook (plain text elsewhere)."""
-    df = table(claims)
+    """Display the claims table (Markdown in a notebook, plain text elsewhere)."""
+    text = claims_markdown(claims)
     try:
         from IPython import get_ipython
-        from IPython.display import display
+        from IPython.display import Markdown, display
 
         if get_ipython() is not None:
-            display(df)
+            display(Markdown(text))
             return
     except ImportError:
         pass
-    print(df.to_string())
+    print(text)
