@@ -137,3 +137,23 @@ def test_full_mode_leaves_the_committed_notebook_alone(root):
     assert out.status == "ok" and out.output == "results/full/01-ok.ipynb"
     assert nb.read_text() == before
     assert json.loads((root / "results" / "full" / "01-ok.json").read_text())["mode"] == "full"
+
+
+def _record_many(root: str, prefix: str) -> None:
+    man = batch.Manifest(Path(root))
+    for i in range(15):
+        man.record(batch.Outcome(notebook=f"{prefix}-{i:02d}", mode="quick", seed=0, status="ok", seconds=0.0))
+
+
+def test_two_runs_at_once_keep_each_others_manifest_records(root):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_record_many, args=(str(root), p)) for p in ("aa", "bb")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    man = json.loads((root / "results" / "manifest.json").read_text())["notebooks"]
+    assert len(man) == 30

@@ -159,28 +159,37 @@ def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float
 
 
 class Manifest:
-    """``results/manifest.json``: one record per notebook, merged with earlier runs, rewritten atomically
-    after every notebook (thread-safe)."""
+    """``results/manifest.json``: one record per notebook, merged with earlier runs and rewritten atomically
+    after every notebook. Each update re-reads the file under a lock (threads and ``flock`` across
+    processes), so two runs at once do not lose each other's records."""
 
     def __init__(self, root: Path):
         self.path = root / "results" / "manifest.json"
         self.root = root
         self.lock = threading.Lock()
+
+    def _load(self) -> dict[str, Any]:
         try:
-            self.data: dict[str, Any] = json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text())
         except (OSError, ValueError):
-            self.data = {}
-        self.data.setdefault("notebooks", {})
+            data = {}
+        data.setdefault("notebooks", {})
+        return data
 
     def record(self, outcome: Outcome) -> None:
-        with self.lock:
-            entry = {k: v for k, v in asdict(outcome).items() if v is not None}
-            entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git=report.git_revision(self.root),
-                         versions=report.versions(), hardware=_hardware())
-            key = outcome.notebook if outcome.mode == "quick" else f"{outcome.notebook} ({outcome.mode})"
-            self.data["notebooks"][key] = entry
-            self.data["notebooks"] = dict(sorted(self.data["notebooks"].items()))
-            report.write_json_atomic(self.path, self.data)
+        import fcntl
+
+        entry = {k: v for k, v in asdict(outcome).items() if v is not None}
+        entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git=report.git_revision(self.root),
+                     versions=report.versions(), hardware=_hardware())
+        key = outcome.notebook if outcome.mode == "quick" else f"{outcome.notebook} ({outcome.mode})"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock, open(self.path.parent / ".manifest.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self._load()
+            data["notebooks"][key] = entry
+            data["notebooks"] = dict(sorted(data["notebooks"].items()))
+            report.write_json_atomic(self.path, data)
 
 
 def _hardware() -> dict[str, Any]:
