@@ -101,9 +101,10 @@ def _claims(results: Path, since: float) -> tuple[int | None, int | None, list[s
     return len(claims) - len(failed), len(failed), failed
 
 
-def _hide_injected_parameters(path: Path) -> None:
+def _tidy_executed(path: Path, notebook: Path, root: Path) -> None:
     """Tag papermill's injected-parameters cell ``remove-cell`` so the book does not show it twice (the
-    parameters cell above it already shows the values; papermill's metadata records them)."""
+    parameters cell above it already shows the values), and record the notebook's path relative to the
+    checkout instead of this machine's absolute (temporary) paths."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -111,6 +112,9 @@ def _hide_injected_parameters(path: Path) -> None:
         tags = cell.get("metadata", {}).get("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
+    pm = nb.metadata.get("papermill", {})
+    rel = str(notebook.relative_to(root)) if notebook.is_relative_to(root) else notebook.name
+    pm.update(input_path=rel, output_path=rel)
     nbformat.write(nb, path)
 
 
@@ -144,7 +148,7 @@ def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float
     outcome = Outcome(notebook=stem, mode=mode, seed=seed, status=status, seconds=round(seconds, 1),
                       claims_passed=passed, claims_failed=failed, claims_failed_ids=failed_ids)
     if status == "ok":
-        _hide_injected_parameters(tmp)
+        _tidy_executed(tmp, notebook, root)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, target)
         outcome.output = str(target.relative_to(root))
