@@ -1,0 +1,83 @@
+"""Muon's Newton–Schulz-5 against the exact spectral LMO (the SVD polar factor ``U Vᵀ``): time and distance.
+
+Run ``python benchmarks/lmo.py`` (CPU, under a minute on 2 cores) or, where a GPU is available,
+``python benchmarks/lmo.py --device cuda --dtype bfloat16 --big`` (adds 4096², NS5 in bfloat16 as Muon runs it).
+Writes ``results/bench-lmo.json``. For each shape it reports the seconds per call of ``newton_schulz5`` and of
+``torch.linalg.svd`` + ``U @ Vh`` (same input, same dtype for the SVD: float32; LAPACK/cuSOLVER has no bfloat16),
+the time ratio, and how far NS5 lands from the polar factor: relative Frobenius distance, cosine, and the range of
+its singular values (Muon's documented band is roughly [0.5, 1.5]). Inputs are Gaussian matrices.
+
+The big shapes use fewer repeats (see ``CASES``); timings are medians. CPU runs use one thread by default: with two
+OpenMP threads on a 2-core machine that another process shares, timings vary by 10x between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from repro.bench import Row, publish, time_call
+from repro.lmo import newton_schulz5
+
+# (case name, batch shape + matrix shape, repeats); the big ones are timed fewer times to keep the CPU run short
+CASES = [
+    ("256x256", (256, 256), 20),
+    ("1024x1024", (1024, 1024), 5),
+    ("4096x1024", (4096, 1024), 3),
+    ("batch 32 x 256x256", (32, 256, 256), 5),
+    ("batch 4 x 1024x1024", (4, 1024, 1024), 3),
+]
+BIG = [("4096x4096", (4096, 4096), 3), ("batch 8 x 4096x1024", (8, 4096, 1024), 3)]
+
+
+def polar_svd(G: torch.Tensor) -> torch.Tensor:
+    U, _, Vh = torch.linalg.svd(G, full_matrices=False)
+    return U @ Vh
+
+
+def distance(X: torch.Tensor, P: torch.Tensor) -> dict[str, float]:
+    """How far the NS5 output ``X`` is from the polar factor ``P`` (worst over the batch)."""
+    X, P = X.double(), P.double()
+    rel = torch.linalg.matrix_norm(X - P) / torch.linalg.matrix_norm(P)
+    cos = (X * P).sum((-2, -1)) / (torch.linalg.matrix_norm(X) * torch.linalg.matrix_norm(P))
+    sv = torch.linalg.svdvals(X)
+    return {"rel_frobenius_dist": float(rel.max()), "cosine": float(cos.min()),
+            "sv_min": float(sv.min()), "sv_max": float(sv.max())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="NS5 working precision (the SVD always runs in float32)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (default 1: on a shared 2-core machine 2 OpenMP threads time erratically; "
+                         "0 leaves torch's default)")
+    ap.add_argument("--big", action="store_true", help="add 4096x4096 and a batch of 8 x 4096x1024 (GPU)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    ns_dtype = getattr(torch, args.dtype)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    rows = []
+    for case, shape, repeats in CASES + (BIG if args.big else []):
+        G = torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32)
+        X, P = newton_schulz5(G, dtype=ns_dtype), polar_svd(G)
+        ns_name = "ns5" if ns_dtype == torch.float32 else f"ns5-{args.dtype}"
+        t_ns = time_call(lambda G=G: newton_schulz5(G, dtype=ns_dtype), repeats=repeats, warmup=1, device=dev)
+        t_svd = time_call(lambda G=G: polar_svd(G), repeats=repeats, warmup=1, device=dev)
+        rows.append(Row(case, ns_name, t_ns, distance(X, P)))
+        rows.append(Row(case, "svd-polar", t_svd))
+        print(f"{case}: svd/ns5 time ratio {t_svd / t_ns:.2f}", flush=True)
+    publish("lmo", rows, baseline="svd-polar", notes={
+        "device": str(dev), "ns5_dtype": args.dtype, "svd_dtype": "float32", "torch_threads": torch.get_num_threads(),
+        "repeats": {c: r for c, _, r in CASES + (BIG if args.big else [])},
+        "input": "standard Gaussian matrices; distances are the worst over a batch",
+        "ratio": "ratio_to_svd-polar < 1 means NS5 is faster",
+    })
+
+
+if __name__ == "__main__":
+    main()
