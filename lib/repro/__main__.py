@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", type=_mode, default="quick", help="quick (CI scale, default) or full")
     r.add_argument("--only", type=_only, help="comma-separated notebook numbers, e.g. 05,19")
     r.add_argument("--jobs", type=int, default=1, help="notebooks at once (default 1; 2 cores here)")
-    r.add_argument("--timeout", type=float, default=None, help="seconds per notebook before it is killed")
+    r.add_argument("--timeout", type=float, default=None,
+                   help="seconds per notebook before it is killed (default: 900 in quick mode, none in full mode)")
     r.add_argument("--seed", type=int, default=0, help="SEED injected into every notebook (default 0)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import batch
 
         try:
-            outcomes = batch.run(root, mode=args.mode, only=args.only, jobs=args.jobs, timeout=args.timeout,
+            timeout = args.timeout if args.timeout is not None else (900.0 if args.mode == "quick" else None)
+            outcomes = batch.run(root, mode=args.mode, only=args.only, jobs=args.jobs, timeout=timeout,
                                  seed=args.seed, progress=not args.no_progress)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)

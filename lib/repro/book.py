@@ -185,7 +185,7 @@ def setup_source(root: Path) -> str:
         '    if importlib.util.find_spec("torch") is None:\n'
         '        raise RuntimeError("install PyTorch for your platform first; this notebook never installs it")\n'
         '    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",\n'
-        f'                           "icml26-repro @ git+{url}@{branch}"])'
+        f'                           "icml26-repro[notebooks] @ git+{url}@{branch}"])'
     )
 
 
