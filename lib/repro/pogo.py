@@ -1,0 +1,556 @@
+"""POGO: optimisation over batches of orthogonal (Stiefel) matrices with a tangent step and a normal correction.
+
+Paper: A. Javaloy and A. Vergari, "An Embarrassingly Simple Way to Optimize Orthogonal Matrices at Scale",
+ICML 2026 (arXiv 2602.14656); public code ``adrianjav/pogo`` (PyPI ``pogo-torch`` 1.0.2).
+Notebook: ``notebooks/19-pogo.ipynb``; benchmark: ``benchmarks/pogo.py``.
+
+Convention: a parameter holds row-orthonormal matrices ``X`` of shape ``(..., p, n)``, ``p <= n``,
+``X Xᵀ = I_p`` (``rows=False``: column-orthonormal ``(..., n, p)``, handled by transposing). One POGO step for
+each matrix, with the Euclidean gradient ``G`` (all products batched):
+
+1. base direction ``D = base(G + wd·X)`` (SGD with momentum, VectorAdam, or Muon; the paper lets any Euclidean
+   optimiser shape the step);
+2. relative gradient ``R = ½ (X Xᵀ D − X Dᵀ X)``, which is ``X·skew(Xᵀ D)`` on the manifold (:func:`relative_gradient`);
+3. tangent step ``M = X − lr·R``;
+4. normal correction ``X⁺ = M + λ (M − M Mᵀ M)`` with the fixed ``λ = ½`` (:func:`normal_correction`), which is one
+   step of the order-1 Newton–Schulz iteration towards the polar factor of ``M``: it maps every singular value
+   ``s ↦ 1.5 s − 0.5 s³``, so the distance to the manifold contracts quadratically. Optionally, every
+   ``lambda_every`` steps, ``λ`` minimises the quartic ``‖(M + λB)(M + λB)ᵀ − I‖²_F`` (:func:`solve_lambda_quartic`).
+
+The method assumes orthonormal parameters at the start (it never projects), so :class:`POGO` checks them at
+the first step and raises a ``ValueError`` naming the error size.
+
+For comparison, :class:`Landing` (Ablin & Peyré 2022; Ablin et al. 2024) moves along the tangent and the normal
+directions at once, ``X⁺ = X − η (R + λ (X Xᵀ − I) X)``, with the "safe" step ``η`` that keeps the distance to the
+manifold below ``ε``. Its relative gradient must be the row-aware ``X·skew(Xᵀ G)``: the square-matrix form
+``skew(G Xᵀ)·X`` is zero for PCA-type losses on ``p < n`` matrices and silently freezes the method.
+
+Differences from the public code (all deliberate, all tested): the gradient is never modified in place; no step
+is skipped for a small gradient (the public code skips a whole parameter when every gradient entry is
+``<= 1e-8``); the quartic ``λ`` is the real minimiser of the residual (roots of its cubic derivative) instead of
+the real part of the quartic's root with the smallest imaginary part; the Muon base orthogonalises each matrix
+(the public one orthogonalises the whole batch as one ``b × pn`` matrix). The SGD base reproduces the public
+code's first momentum step, ``(1 + μ − dampening)·g`` (``public_init=True``, the default), so that trajectories
+agree step for step; ``public_init=False`` gives PyTorch's ``g``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .lmo import newton_schulz5
+
+Tensor = torch.Tensor
+
+__all__ = [
+    "POGO", "Landing", "SGDBase", "VectorAdamBase", "MuonBase", "relative_gradient", "normal_correction",
+    "pogo_update", "landing_field", "safe_step_size", "quartic_coefficients", "solve_lambda_quartic",
+    "orthogonality_error", "random_stiefel", "polar_factor", "PCAProblem", "ProcrustesProblem",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers on batches of matrices
+
+
+def _check_matrix(X: Tensor, name: str = "X") -> None:
+    if not isinstance(X, Tensor) or X.ndim < 2:
+        raise ValueError(f"{name} must be a matrix or a batch of matrices (..., p, n), got "
+                         f"{tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__}")
+
+
+def _eye(p: int, like: Tensor) -> Tensor:
+    return torch.eye(p, dtype=like.dtype, device=like.device)
+
+
+def orthogonality_error(X: Tensor) -> Tensor:
+    """Distance to the Stiefel manifold of each matrix in ``X`` (``(..., p, n)``): ``‖X Xᵀ − I_p‖_F`` for wide or
+    square matrices, ``‖Xᵀ X − I_n‖_F`` for tall ones. Returns a tensor of shape ``X.shape[:-2]``."""
+    _check_matrix(X)
+    Y = X if X.shape[-2] <= X.shape[-1] else X.mT
+    gram = Y @ Y.mT
+    return torch.linalg.matrix_norm(gram - _eye(Y.shape[-2], Y))
+
+
+def random_stiefel(batch: int | tuple[int, ...], p: int, n: int, *, rows: bool = True,
+                   generator: torch.Generator | None = None, device: torch.device | str | None = None,
+                   dtype: torch.dtype = torch.float32) -> Tensor:
+    """Haar-random orthonormal matrices: shape ``(*batch, p, n)`` with ``X Xᵀ = I_p`` (``rows=True``, ``p <= n``),
+    else ``(*batch, n, p)`` with ``Xᵀ X = I_p``. QR of a Gaussian with the sign fix ``diag(R) > 0`` (which makes
+    the factor Haar-distributed), computed in float64 and cast to ``dtype``."""
+    batch = (batch,) if isinstance(batch, int) else tuple(batch)
+    if p < 1 or n < 1 or any(b < 0 for b in batch):
+        raise ValueError(f"sizes must be positive, got batch={batch}, p={p}, n={n}")
+    if p > n:
+        raise ValueError(f"need p <= n for p orthonormal vectors in R^n, got p={p}, n={n}")
+    gen_device = generator.device if generator is not None else "cpu"
+    Z = torch.randn(*batch, n, p, generator=generator, dtype=torch.float64, device=gen_device)
+    Q, R = torch.linalg.qr(Z)
+    Q = Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).add(0.5).sign().unsqueeze(-2)
+    Q = Q.to(device=device if device is not None else gen_device, dtype=dtype)
+    return Q.mT.contiguous() if rows else Q.contiguous()
+
+
+def polar_factor(X: Tensor) -> Tensor:
+    """The orthonormal polar factor ``U Vᵀ`` of each matrix (``X = U S Vᵀ``, thin SVD): the closest point of the
+    Stiefel manifold in Frobenius norm. Used by the "Adam + SVD projection" baseline and as a reference."""
+    _check_matrix(X)
+    U, _, Vh = torch.linalg.svd(X, full_matrices=False)
+    return U @ Vh
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The two halves of a POGO step (batched, any device and dtype)
+
+
+def relative_gradient(X: Tensor, G: Tensor) -> Tensor:
+    """POGO's relative gradient ``R = ½ (X Xᵀ G − X Gᵀ X)`` for row-orthonormal ``X`` (``(..., p, n)``).
+
+    On the manifold this is ``X·skew(Xᵀ G)``, half the Riemannian gradient under the canonical metric, and it is
+    tangent: ``X Rᵀ + R Xᵀ = 0``. Four batched matrix products."""
+    _check_matrix(X)
+    if G.shape != X.shape:
+        raise ValueError(f"gradient shape {tuple(G.shape)} differs from the point's {tuple(X.shape)}")
+    XXt = X @ X.mT
+    XGt = X @ G.mT
+    return 0.5 * (XXt @ G - XGt @ X)
+
+
+def normal_correction(M: Tensor, lam: float | Tensor = 0.5) -> Tensor:
+    """POGO's normal step ``M + λ (M − M Mᵀ M)``; with ``λ = ½`` it is one order-1 Newton–Schulz step towards
+    the polar factor of ``M`` (singular values ``s ↦ 1.5 s − 0.5 s³``). ``lam`` may be a tensor of shape
+    ``M.shape[:-2]`` (one ``λ`` per matrix). Two batched matrix products."""
+    _check_matrix(M, "M")
+    MMtM = (M @ M.mT) @ M
+    if isinstance(lam, Tensor):
+        lam = lam[..., None, None]
+    return (1 + lam) * M - lam * MMtM
+
+
+def pogo_update(X: Tensor, D: Tensor, lr: float, lam: float | Tensor = 0.5) -> Tensor:
+    """One POGO step from the point ``X`` along the base direction ``D``: ``normal_correction(X − lr·R(X, D), λ)``.
+    Six batched matrix products in all (four for ``R``, two for the correction); for a ``(B, p, n)`` batch and a
+    scalar ``λ`` they are fused into ``bmm``/``baddbmm`` calls with no other elementwise pass."""
+    if X.ndim == 3 and D.shape == X.shape and not isinstance(lam, Tensor):
+        XXt = torch.bmm(X, X.mT)
+        XDt = torch.bmm(X, D.mT)
+        M = torch.baddbmm(X, XXt, D, alpha=-0.5 * lr)  # X − lr·½ X Xᵀ D
+        M.baddbmm_(XDt, X, alpha=0.5 * lr)  # ... + lr·½ X Dᵀ X
+        return torch.baddbmm(M, torch.bmm(M, M.mT), M, beta=1 + lam, alpha=-lam)
+    return normal_correction(X - lr * relative_gradient(X, D), lam)
+
+
+def quartic_coefficients(M: Tensor, B: Tensor) -> Tensor:
+    """Coefficients ``(c4, c3, c2, c1, c0)`` (last axis) of ``f(λ) = ‖(M + λB)(M + λB)ᵀ − I‖²_F`` per matrix.
+
+    With ``A0 = M Mᵀ − I``, ``A1 = M Bᵀ + B Mᵀ``, ``A2 = B Bᵀ``: ``f = ‖A0 + λA1 + λ²A2‖²``, so
+    ``c4 = ⟨A2,A2⟩``, ``c3 = 2⟨A1,A2⟩``, ``c2 = 2⟨A0,A2⟩ + ⟨A1,A1⟩``, ``c1 = 2⟨A0,A1⟩``, ``c0 = ⟨A0,A0⟩``."""
+    _check_matrix(M, "M")
+    A0 = M @ M.mT - _eye(M.shape[-2], M)
+    MBt = M @ B.mT
+    A1 = MBt + MBt.mT
+    A2 = B @ B.mT
+
+    def ip(U: Tensor, V: Tensor) -> Tensor:
+        return (U * V).sum(dim=(-2, -1))
+
+    return torch.stack([ip(A2, A2), 2 * ip(A1, A2), 2 * ip(A0, A2) + ip(A1, A1), 2 * ip(A0, A1), ip(A0, A0)], -1)
+
+
+def _polyval(c: Tensor, x: Tensor) -> Tensor:
+    out = torch.zeros_like(x)
+    for k in range(c.shape[-1]):
+        out = out * x + c[..., k : k + 1]
+    return out
+
+
+def solve_lambda_quartic(M: Tensor, B: Tensor, default: float = 0.5) -> Tensor:
+    """The real ``λ`` (one per matrix) that minimises ``‖(M + λB)(M + λB)ᵀ − I‖²_F``, the optional adaptive λ of
+    POGO. The minimiser of the quartic is a real root of its cubic derivative; the roots come from the eigenvalues
+    of the companion matrix (batched, float64 where the device has it), and the candidate (real parts of the three
+    roots, and ``default``) with the smallest residual wins, so the result is never worse than ``λ = default``.
+    Where ``B = 0`` (``M`` already orthonormal) ``λ = default``."""
+    c = quartic_coefficients(M, B)
+    work = torch.float32 if c.device.type == "mps" else torch.float64
+    c = c.to(work)
+    scale = c.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(work).tiny)
+    c = c / scale
+    lead = 4 * c[..., 0]
+    ok = lead > 1e-12
+    safe_lead = torch.where(ok, lead, torch.ones_like(lead))
+    d = torch.stack([3 * c[..., 1], 2 * c[..., 2], c[..., 3]], -1) / safe_lead[..., None]
+    comp = torch.zeros(*c.shape[:-1], 3, 3, dtype=work, device=c.device)
+    comp[..., 0, :] = -d
+    comp[..., 1, 0] = 1
+    comp[..., 2, 1] = 1
+    roots = torch.linalg.eigvals(comp).real
+    cand = torch.cat([roots, torch.full_like(roots[..., :1], default)], -1)
+    vals = _polyval(c, cand)
+    best = cand.gather(-1, vals.argmin(-1, keepdim=True)).squeeze(-1)
+    best = torch.where(ok, best, torch.full_like(best, default))
+    return best.to(M.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Base optimisers: turn the Euclidean gradient of a (B, p, n) batch into a direction
+
+
+class SGDBase:
+    """SGD with momentum as POGO's base direction (PyTorch-style buffer ``b ← μ b + (1 − dampening) g``).
+
+    ``public_init=True`` reproduces the public code's first step, where the buffer starts at ``g`` *before* the
+    update (so the first direction is ``(1 + μ − dampening) g``); ``False`` starts it at ``g`` as PyTorch does."""
+
+    def __init__(self, momentum: float = 0.0, nesterov: bool = False, dampening: float = 0.0,
+                 public_init: bool = True):
+        if momentum < 0 or not 0 <= dampening <= 1:
+            raise ValueError(f"need momentum >= 0 and dampening in [0, 1], got {momentum}, {dampening}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum needs momentum > 0 and zero dampening")
+        self.momentum, self.nesterov, self.dampening, self.public_init = momentum, nesterov, dampening, public_init
+
+    def __call__(self, X: Tensor, G: Tensor, state: dict[str, Any]) -> Tensor:
+        mu = self.momentum
+        if mu == 0:
+            return G
+        if "momentum_buffer" not in state:
+            if not self.public_init:
+                state["momentum_buffer"] = G.clone()
+                return G.add(G, alpha=mu) if self.nesterov else G.clone()
+            state["momentum_buffer"] = G.clone()
+        buf = state["momentum_buffer"]
+        buf.mul_(mu).add_(G, alpha=1 - self.dampening)
+        return G.add(buf, alpha=mu) if self.nesterov else buf
+
+    def __repr__(self) -> str:
+        return f"SGDBase(momentum={self.momentum}, nesterov={self.nesterov}, dampening={self.dampening})"
+
+
+class VectorAdamBase:
+    """VectorAdam as POGO's base: Adam's first moment per entry, but one second moment per *matrix* (the squared
+    Frobenius norm of its gradient), so the direction ``m̂ / (√v̂ + eps)`` keeps each matrix's gradient geometry.
+    Bias corrections use ``state["step"]``, which :class:`POGO` counts (starting at 1) before calling the base."""
+
+    def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or eps < 0:
+            raise ValueError(f"need betas in [0, 1) and eps >= 0, got {betas}, {eps}")
+        self.betas, self.eps = betas, eps
+
+    def __call__(self, X: Tensor, G: Tensor, state: dict[str, Any]) -> Tensor:
+        b1, b2 = self.betas
+        if "exp_avg" not in state:
+            state["exp_avg"] = torch.zeros_like(G)
+            state["exp_avg_sq"] = torch.zeros(G.shape[:-2], dtype=G.dtype, device=G.device)
+        t = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.lerp_(G, 1 - b1)
+        v.mul_(b2).add_(G.square().sum(dim=(-2, -1)), alpha=1 - b2)
+        denom = (v / (1 - b2**t)).sqrt_().add_(self.eps)
+        return m / ((1 - b1**t) * denom[..., None, None])
+
+    def __repr__(self) -> str:
+        return f"VectorAdamBase(betas={self.betas}, eps={self.eps})"
+
+
+class MuonBase(SGDBase):
+    """Muon as POGO's base: SGD momentum, then Muon's quintic Newton–Schulz orthogonalisation of *each* matrix's
+    direction (:func:`repro.lmo.newton_schulz5`, ``ns_steps`` iterations)."""
+
+    def __init__(self, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, public_init: bool = True):
+        super().__init__(momentum=momentum, nesterov=nesterov, public_init=public_init)
+        if ns_steps < 1:
+            raise ValueError(f"ns_steps must be >= 1, got {ns_steps}")
+        self.ns_steps = ns_steps
+
+    def __call__(self, X: Tensor, G: Tensor, state: dict[str, Any]) -> Tensor:
+        return newton_schulz5(super().__call__(X, G, state), steps=self.ns_steps)
+
+    def __repr__(self) -> str:
+        return f"MuonBase(momentum={self.momentum}, nesterov={self.nesterov}, ns_steps={self.ns_steps})"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Optimisers
+
+
+def _as_batch(t: Tensor, rows: bool) -> Tensor:
+    """View a parameter (or its gradient) ``(..., a, b)`` as a ``(B, p, n)`` batch of wide matrices."""
+    flat = t.reshape(-1, *t.shape[-2:])
+    return flat if rows else flat.mT
+
+
+def _check_param_shape(param: Tensor, rows: bool, who: str) -> None:
+    if param.ndim < 2:
+        raise ValueError(f"{who} optimises matrices (..., p, n); got a parameter of shape {tuple(param.shape)}")
+    a, b = param.shape[-2:]
+    p, n = (a, b) if rows else (b, a)
+    if p > n:
+        want = "(..., p, n) with p <= n" if rows else "(..., n, p) with p <= n (rows=False)"
+        raise ValueError(f"{who}: parameter of shape {tuple(param.shape)} cannot be orthonormal as {want}; "
+                         f"use rows={not rows} for this orientation")
+    if not param.dtype.is_floating_point:
+        raise ValueError(f"{who} needs floating-point parameters, got {param.dtype}")
+
+
+def _check_lr(lr: float) -> None:
+    if not (isinstance(lr, int | float) and math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"learning rate must be a finite number >= 0, got {lr!r}")
+
+
+class POGO(torch.optim.Optimizer):
+    """POGO (Javaloy & Vergari, ICML 2026): ``X⁺ = M + λ (M − M Mᵀ M)``, ``M = X − lr·R(X, base(G))``.
+
+    ``params``: tensors of row-orthonormal matrices ``(..., p, n)``, ``p <= n`` (``rows=False``: column-orthonormal
+    ``(..., n, p)``), orthonormal at the first step (checked: ``check_tol`` bounds the largest
+    ``‖X Xᵀ − I‖_F``; ``None`` disables the check). ``base``: :class:`SGDBase` (default, no momentum),
+    :class:`VectorAdamBase` or :class:`MuonBase`. ``lambda_every = k > 0`` uses the quartic-minimising ``λ`` every
+    ``k`` steps, else ``λ = ½``. Parameters with ``grad=None`` are skipped."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float,
+                 base: SGDBase | VectorAdamBase | None = None, weight_decay: float = 0.0, lambda_every: int = -1,
+                 rows: bool = True, check_tol: float | None = 1e-3):
+        _check_lr(lr)
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        if not isinstance(lambda_every, int):
+            raise ValueError(f"lambda_every must be an int (<= 0 disables it), got {lambda_every!r}")
+        if check_tol is not None and check_tol <= 0:
+            raise ValueError(f"check_tol must be > 0 or None, got {check_tol}")
+        self.base = base if base is not None else SGDBase()
+        defaults = dict(lr=lr, weight_decay=weight_decay, lambda_every=lambda_every, rows=rows, check_tol=check_tol)
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            _check_lr(group["lr"])
+            for param in group["params"]:
+                _check_param_shape(param, group["rows"], "POGO")
+
+    def _check_orthonormal(self, X: Tensor, tol: float | None, where: str) -> None:
+        if tol is None:
+            return
+        err = float(orthogonality_error(X).max()) if X.shape[0] else 0.0
+        bound = max(tol, 10 * torch.finfo(X.dtype).eps * math.sqrt(X.shape[-2]))
+        if not err <= bound:
+            raise ValueError(
+                f"POGO needs orthonormal parameters at the first step (it never projects); {where} has "
+                f"max ||X X^T - I||_F = {err:.3g} > {bound:.3g}. Initialise it with repro.pogo.random_stiefel, "
+                f"a QR factor or the polar factor U V^T of its SVD (or pass check_tol=None).")
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # noqa: D102 (torch.optim.Optimizer API)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for gi, group in enumerate(self.param_groups):
+            lr, wd, rows, every = group["lr"], group["weight_decay"], group["rows"], group["lambda_every"]
+            for pi, param in enumerate(group["params"]):
+                if param.grad is None:
+                    continue
+                if param.grad.is_sparse:
+                    raise ValueError("POGO does not support sparse gradients")
+                X = _as_batch(param, rows)
+                G = _as_batch(param.grad, rows)
+                state = self.state[param]
+                if "step" not in state:
+                    _check_param_shape(param, rows, "POGO")
+                    self._check_orthonormal(X, group["check_tol"], f"parameter {pi} of group {gi}")
+                    state["step"] = 0
+                state["step"] += 1
+                if wd:
+                    G = G.add(X, alpha=wd)
+                D = self.base(X, G, state)
+                if every > 0 and state["step"] % every == 0:
+                    M = X - lr * relative_gradient(X, D)
+                    X_new = normal_correction(M, solve_lambda_quartic(M, M - (M @ M.mT) @ M))
+                else:
+                    X_new = pogo_update(X, D, lr)
+                param.copy_((X_new if rows else X_new.mT).reshape(param.shape))
+        return loss
+
+
+def _landing_parts(X: Tensor, G: Tensor, lambda_regul: float) -> tuple[Tensor, Tensor]:
+    XXt = X @ X.mT
+    XGt = X @ G.mT
+    field = XXt @ (0.5 * G + lambda_regul * X) - 0.5 * (XGt @ X) - lambda_regul * X
+    return field, XXt
+
+
+def landing_field(X: Tensor, G: Tensor, lambda_regul: float = 1.0) -> Tensor:
+    """The landing field ``R + λ (X Xᵀ − I) X`` for row matrices ``(..., p, n)``, ``R = ½ (X Xᵀ G − X Gᵀ X)``
+    (the row-aware relative gradient: ``skew(G Xᵀ)·X`` would vanish for PCA-type losses when ``p < n``).
+    Four matrix products: ``X Xᵀ (½G + λX) − ½ (X Gᵀ) X − λX``."""
+    _check_matrix(X)
+    return _landing_parts(X, G, lambda_regul)[0]
+
+
+def safe_step_size(d: Tensor, g: Tensor, lambda_regul: float, eps: float, reg: float = 1e-7) -> Tensor:
+    """Landing's safe step (Ablin & Peyré 2022): the largest ``η`` for which the bound on the next distance to the
+    manifold stays ``<= eps``, given the current distance ``d = ‖X Xᵀ − I‖_F`` and ``g = ‖landing field‖_F``:
+    ``η = (β + √(β² + α·max(eps − d, 0))) / (α + reg)`` with ``α = g²``, ``β = λ d (1 − d)``, capped at ``1/(2λ)``."""
+    alpha = g.square()
+    beta = lambda_regul * d * (1 - d)
+    eta = (beta + (beta.square() + alpha * (eps - d).clamp_min(0)).sqrt()) / (alpha + reg)
+    return eta.clamp_max(1.0 / (2.0 * lambda_regul))
+
+
+class Landing(torch.optim.Optimizer):
+    """Landing (Ablin & Peyré 2022; Ablin et al. 2024) for row-orthonormal matrices ``(..., p, n)``, ``p <= n``
+    (``rows=False`` for column ones): ``X⁺ = X − η (R + λ (X Xᵀ − I) X)`` with the row-aware relative gradient
+    ``R`` (momentum, if any, on ``R``) and, when ``safe_step = ε`` is given, the per-matrix step
+    ``η = min(lr, safe_step_size(...))`` that keeps ``‖X Xᵀ − I‖_F <= ε``; ``safe_step=None`` uses ``η = lr``."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float, lambda_regul: float = 1.0,
+                 safe_step: float | None = 0.5, momentum: float = 0.0, weight_decay: float = 0.0, rows: bool = True):
+        _check_lr(lr)
+        if lambda_regul <= 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError("need lambda_regul > 0, momentum >= 0 and weight_decay >= 0")
+        if safe_step is not None and not safe_step > 0:
+            raise ValueError(f"safe_step must be > 0 or None, got {safe_step}")
+        super().__init__(params, dict(lr=lr, lambda_regul=lambda_regul, safe_step=safe_step, momentum=momentum,
+                                      weight_decay=weight_decay, rows=rows))
+        for group in self.param_groups:
+            for param in group["params"]:
+                _check_param_shape(param, group["rows"], "Landing")
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # noqa: D102
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lam, eps, mu, rows = group["lambda_regul"], group["safe_step"], group["momentum"], group["rows"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                X = _as_batch(param, rows)
+                G = _as_batch(param.grad, rows)
+                if group["weight_decay"]:
+                    G = G.add(X, alpha=group["weight_decay"])
+                if mu > 0:
+                    XXt = X @ X.mT
+                    R = 0.5 * (XXt @ G - (X @ G.mT) @ X)
+                    state = self.state[param]
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = R.clone()
+                    else:
+                        state["momentum_buffer"].mul_(mu).add_(R)
+                    field = state["momentum_buffer"] + lam * (XXt @ X - X)
+                else:
+                    field, XXt = _landing_parts(X, G, lam)
+                if eps is None:
+                    eta: float | Tensor = group["lr"]
+                else:
+                    d = torch.linalg.matrix_norm(XXt - _eye(X.shape[-2], X))
+                    g = torch.linalg.matrix_norm(field)
+                    eta = safe_step_size(d, g, lam, eps).clamp_max(group["lr"])[..., None, None]
+                X_new = X - eta * field
+                param.copy_((X_new if rows else X_new.mT).reshape(param.shape))
+        return loss
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The notebook's test problems (generated data, closed-form optima)
+
+
+@dataclass
+class PCAProblem:
+    """Online-PCA benchmark of the public code (adapted from RSDM, Han et al. 2025), column form:
+    ``f(W) = −½ tr(Wᵀ A W)`` over ``W ∈ R^{n×p}``, ``Wᵀ W = I``, with
+    ``A = Q diag(scale·logspace(−log10 cond, 0, n)) Qᵀ`` (condition number ``cond``). The optimum is ``−½`` times
+    the sum of the ``p`` largest eigenvalues, and the relative optimality gap is ``|f − f*| / |f*|``, as in the
+    public code.
+
+    (The public example builds ``Q D Q`` and symmetrises it, which does not keep the stated spectrum; we use
+    ``Q D Qᵀ``.) Build with :meth:`generate`."""
+
+    A: Tensor
+    p: int
+    f_star: float
+
+    @classmethod
+    def generate(cls, n: int, p: int, cond: float = 1000.0, scale: float = 10.0, *,
+                 generator: torch.Generator | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.float32) -> PCAProblem:
+        if not 1 <= p <= n or cond < 1:
+            raise ValueError(f"need 1 <= p <= n and cond >= 1, got n={n}, p={p}, cond={cond}")
+        eig = scale * torch.logspace(-math.log10(cond), 0, n, dtype=torch.float64)
+        Q = random_stiefel(1, n, n, generator=generator, dtype=torch.float64)[0]
+        A = (Q * eig) @ Q.T
+        A = 0.5 * (A + A.T)
+        f_star = -0.5 * float(eig.sort().values[-p:].sum())
+        return cls(A=A.to(device=device, dtype=dtype), p=p, f_star=f_star)
+
+    def init(self, generator: torch.Generator | None = None) -> Tensor:
+        """A random feasible start, shape ``(1, n, p)`` (column-orthonormal)."""
+        n = self.A.shape[0]
+        return random_stiefel(1, self.p, n, rows=False, generator=generator, dtype=self.A.dtype).to(self.A.device)
+
+    def loss(self, W: Tensor) -> Tensor:
+        return -0.5 * (W * (self.A @ W)).sum()
+
+    def grad(self, W: Tensor) -> Tensor:
+        return -(self.A @ W)
+
+    def gap(self, W: Tensor) -> float:
+        """Relative optimality gap, evaluated in float64."""
+        f = -0.5 * float((W.double() * (self.A.double() @ W.double())).sum())
+        return abs(f - self.f_star) / abs(self.f_star)
+
+
+@dataclass
+class ProcrustesProblem:
+    """A batch of orthogonal Procrustes problems ``f(X) = ½ Σ_b ‖X_b A_b − B_b‖²_F`` over square orthogonal
+    ``X_b ∈ R^{p×p}``, with ``A_b ∈ R^{p×m}`` (entries ``N(0, 1/m)``) and ``B_b = Q_b A_b + noise·E_b`` for Haar
+    ``Q_b``. The optimum is the polar factor of ``B_b A_bᵀ`` (Schönemann 1966); :meth:`init` starts on its
+    connected component (same determinant sign), so every method can reach it. The relative gap is
+    ``(f − f*) / (f_rand − f*)`` with ``f_rand = ½ Σ_b (‖A_b‖² + ‖B_b‖²)``, the mean of ``f`` over Haar-random
+    ``X``: 1 for a random guess, 0 at the optimum. Build with :meth:`generate`."""
+
+    A: Tensor
+    B: Tensor
+    f_star: float
+    f_rand: float
+
+    @classmethod
+    def generate(cls, b: int, p: int, m: int, noise: float = 0.1, *, generator: torch.Generator | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> ProcrustesProblem:
+        if b < 1 or p < 1 or m < 1 or noise < 0:
+            raise ValueError(f"need b, p, m >= 1 and noise >= 0, got b={b}, p={p}, m={m}, noise={noise}")
+        gen_device = generator.device if generator is not None else "cpu"
+        kw = dict(generator=generator, dtype=torch.float64, device=gen_device)
+        A = torch.randn(b, p, m, **kw) / math.sqrt(m)
+        Q = random_stiefel(b, p, p, generator=generator, dtype=torch.float64)
+        B = Q @ A + noise * torch.randn(b, p, m, **kw) / math.sqrt(m)
+        X_star = polar_factor(B @ A.mT)
+        f_star = 0.5 * float((X_star @ A - B).square().sum())
+        f_rand = 0.5 * float(A.square().sum() + B.square().sum())
+        return cls(A=A.to(device=device, dtype=dtype), B=B.to(device=device, dtype=dtype), f_star=f_star,
+                   f_rand=f_rand)
+
+    def init(self, generator: torch.Generator | None = None) -> Tensor:
+        """A Haar-random start, shape ``(b, p, p)``, on the optimum's connected component: orthogonal matrices
+        with ``det = +1`` and ``det = −1`` are two components that no continuous method crosses, so each start has
+        the first row's sign flipped where its determinant differs from the optimum's."""
+        b, p, _ = self.A.shape
+        X = random_stiefel(b, p, p, generator=generator, dtype=torch.float64)
+        A, B = self.A.double().cpu(), self.B.double().cpu()
+        flip = torch.linalg.det(X).sign() != torch.linalg.det(polar_factor(B @ A.mT)).sign()
+        X[flip, 0] *= -1
+        return X.to(device=self.A.device, dtype=self.A.dtype)
+
+    def loss(self, X: Tensor) -> Tensor:
+        return 0.5 * (X @ self.A - self.B).square().sum()
+
+    def grad(self, X: Tensor) -> Tensor:
+        return (X @ self.A - self.B) @ self.A.mT
+
+    def gap(self, X: Tensor) -> float:
+        """Relative optimality gap, evaluated in float64."""
+        f = 0.5 * float((X.double() @ self.A.double() - self.B.double()).square().sum())
+        return (f - self.f_star) / (self.f_rand - self.f_star)

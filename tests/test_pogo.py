@@ -1,0 +1,480 @@
+"""repro.pogo against independent references: the PyPI ``pogo-torch`` package step for step, the SVD polar factor
+(scipy), finite-difference Riemannian gradients, a hand-coded square-matrix Landing (pierreablin/landing's formula),
+``numpy.roots`` and a dense grid for the quartic λ."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy.linalg import polar
+
+from repro import pogo as P
+from repro.lmo import newton_schulz5
+
+F64 = torch.float64
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def quadratic_problem(b: int, p: int, n: int, seed: int = 0):
+    """A batch of non-convex quadratics f(X) = Σ_b −½ tr(X A Xᵀ) + ⟨C, X⟩ on row matrices (b, p, n)."""
+    g = gen(seed)
+    A = torch.randn(b, n, n, generator=g, dtype=F64)
+    A = A @ A.mT / n
+    C = torch.randn(b, p, n, generator=g, dtype=F64)
+
+    def loss(X: torch.Tensor) -> torch.Tensor:
+        return -0.5 * torch.einsum("bpn,bnm,bpm->", X, A, X) + (X * C).sum()
+
+    return loss
+
+
+def import_reference():
+    """The PyPI ``pogo-torch`` package (its import of torch.compile warns about torch.jit); skip if absent."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pogo_ref = pytest.importorskip("pogo")
+        from pogo import base
+        from pogo.pogo import compute_lambda
+    return pogo_ref, base, compute_lambda
+
+
+def grad_of(loss, X: torch.Tensor) -> torch.Tensor:
+    Xg = X.detach().clone().requires_grad_()
+    loss(Xg).backward()
+    return Xg.grad
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def test_random_stiefel_is_orthonormal_seeded_and_oriented():
+    X = P.random_stiefel(7, 3, 5, dtype=F64, generator=gen(0))
+    assert X.shape == (7, 3, 5)
+    torch.testing.assert_close(X @ X.mT, torch.eye(3, dtype=F64).expand(7, 3, 3), atol=1e-13, rtol=0)
+    assert torch.equal(X, P.random_stiefel(7, 3, 5, dtype=F64, generator=gen(0)))
+    Y = P.random_stiefel((2, 4), 3, 5, rows=False, generator=gen(1))
+    assert Y.shape == (2, 4, 5, 3) and Y.dtype == torch.float32
+    assert float(P.orthogonality_error(Y).max()) < 1e-5
+    with pytest.raises(ValueError, match="p <= n"):
+        P.random_stiefel(2, 5, 3)
+
+
+def test_random_stiefel_is_haar_on_average():
+    # E[X] = 0 and E[X_ij²] = 1/n for Haar-distributed orthogonal matrices
+    X = P.random_stiefel(20000, 2, 4, dtype=F64, generator=gen(3))
+    assert float(X.mean(0).abs().max()) < 0.02
+    assert float((X.square().mean(0) - 0.25).abs().max()) < 0.01
+
+
+def test_orthogonality_error_matches_definition():
+    X = torch.randn(4, 3, 6, dtype=F64, generator=gen(2))
+    want = torch.stack([torch.linalg.norm(x @ x.T - torch.eye(3, dtype=F64)) for x in X])
+    torch.testing.assert_close(P.orthogonality_error(X), want)
+    torch.testing.assert_close(P.orthogonality_error(X.mT), want)  # tall: Xᵀ X
+    with pytest.raises(ValueError, match="matrix"):
+        P.orthogonality_error(torch.ones(3))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tangent step
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 8), (4, 6, 6)])
+def test_relative_gradient_is_tangent_and_half_the_canonical_gradient(shape):
+    X = P.random_stiefel(shape[0], shape[1], shape[2], dtype=F64, generator=gen(4))
+    G = torch.randn(*shape, dtype=F64, generator=gen(5))
+    R = P.relative_gradient(X, G)
+    torch.testing.assert_close(X @ R.mT + R @ X.mT, torch.zeros(shape[0], shape[1], shape[1], dtype=F64),
+                               atol=1e-12, rtol=0)
+    # canonical Riemannian gradient of the column form Y = Xᵀ is G_Y − Y G_Yᵀ Y (geoopt's CanonicalStiefel.proju)
+    Y, GY = X.mT, G.mT
+    torch.testing.assert_close(2 * R, (GY - Y @ GY.mT @ Y).mT, atol=1e-12, rtol=0)
+
+
+def test_relative_gradient_against_finite_differences_non_square():
+    # PCA-type loss on wide matrices (p < n): the canonical metric g(U, V) = tr(U (I − ½ XᵀX) Vᵀ) pairs 2R with
+    # any tangent V to give the directional derivative, measured by central differences along a retraction.
+    p, n = 3, 9
+    X = P.random_stiefel(1, p, n, dtype=F64, generator=gen(6))[0]
+    A = torch.randn(n, n, dtype=F64, generator=gen(7))
+    A = A + A.T
+
+    def f(Z):
+        return -0.5 * torch.trace(Z @ A @ Z.T)
+
+    G = grad_of(f, X)
+    R = P.relative_gradient(X, G)
+    assert float(R.norm()) > 1e-3  # the trap: skew(G Xᵀ) X is zero here
+    naive = 0.5 * (G @ X.T - X @ G.T) @ X
+    assert float(naive.norm()) < 1e-12
+    for seed in range(5):
+        W = torch.randn(p, p, dtype=F64, generator=gen(10 + seed))
+        V = (W - W.T) @ X + torch.randn(p, n, dtype=F64, generator=gen(20 + seed)) @ (torch.eye(n, dtype=F64) - X.T @ X)
+        h = 1e-5
+        def retract(Z):
+            U, _, Vt = torch.linalg.svd(Z, full_matrices=False)
+            return U @ Vt
+        fd = (f(retract(X + h * V)) - f(retract(X - h * V))) / (2 * h)
+        metric = torch.trace(2 * R @ (torch.eye(n, dtype=F64) - 0.5 * X.T @ X) @ V.T)
+        assert abs(float(fd - metric)) < 1e-6 * max(1.0, abs(float(fd)))
+
+
+def test_symmetric_directions_leave_the_point_fixed():
+    # G = S X with S symmetric has skew(Xᵀ G) = 0: no tangent move, and the normal step keeps X.
+    X = P.random_stiefel(6, 4, 7, dtype=F64, generator=gen(8))
+    S = torch.randn(6, 4, 4, dtype=F64, generator=gen(9))
+    G = (S + S.mT) @ X
+    torch.testing.assert_close(P.relative_gradient(X, G), torch.zeros_like(X), atol=1e-12, rtol=0)
+    Xp = X.clone().requires_grad_()
+    Xp.grad = G.clone()
+    P.POGO([Xp], lr=0.3).step()
+    torch.testing.assert_close(Xp.detach(), X, atol=1e-12, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Normal step
+
+
+def perturbed(X: torch.Tensor, delta: float, seed: int) -> torch.Tensor:
+    """X moved off the manifold: its singular values scaled by 1 + delta·u, u uniform in [−1, 1]."""
+    U, _, Vt = torch.linalg.svd(X, full_matrices=False)
+    u = 2 * torch.rand(X.shape[:-2] + (X.shape[-2],), dtype=F64, generator=gen(seed)) - 1
+    return U @ torch.diag_embed(1 + delta * u) @ Vt
+
+
+def test_normal_step_is_newton_schulz_and_contracts_quadratically():
+    X = P.random_stiefel(8, 5, 9, dtype=F64, generator=gen(11))
+    d0s, d1s = [], []
+    for k, delta in enumerate(np.logspace(-4, -0.7, 12)):
+        M = perturbed(X, float(delta), 100 + k) + 1e-3 * delta * torch.randn(X.shape, dtype=F64, generator=gen(k))
+        out = P.normal_correction(M)
+        torch.testing.assert_close(out, 1.5 * M - 0.5 * M @ M.mT @ M)
+        d0s.append(float(P.orthogonality_error(M).max()))
+        d1s.append(float(P.orthogonality_error(out).max()))
+    slope = np.polyfit(np.log(d0s), np.log(d1s), 1)[0]
+    assert 1.8 <= slope <= 2.2
+    assert all(d1 <= d0**2 for d0, d1 in zip(d0s, d1s, strict=True))  # constant ~3/4 for singular values near 1
+
+
+def test_normal_step_fixed_point_is_the_polar_factor():
+    X = P.random_stiefel(3, 4, 6, dtype=F64, generator=gen(12))
+    M = perturbed(X, 0.4, 13) + 0.05 * torch.randn(X.shape, dtype=F64, generator=gen(14))
+    Z = M
+    for _ in range(40):
+        Z = P.normal_correction(Z)
+    for m, z in zip(M, Z, strict=True):
+        u = polar(m.numpy().T)[0].T  # scipy's polar wants tall matrices
+        np.testing.assert_allclose(z.numpy(), u, atol=1e-12)
+
+
+def test_fused_update_equals_the_two_halves():
+    X = P.random_stiefel((2, 5), 3, 7, dtype=F64, generator=gen(30))
+    D = torch.randn(X.shape, dtype=F64, generator=gen(31))
+    for lr, lam in ((0.1, 0.5), (0.7, 0.3)):
+        want = P.normal_correction(X - lr * P.relative_gradient(X, D), lam)
+        torch.testing.assert_close(P.pogo_update(X.reshape(10, 3, 7), D.reshape(10, 3, 7), lr, lam),
+                                   want.reshape(10, 3, 7), atol=1e-14, rtol=0)  # fused bmm/baddbmm path
+        torch.testing.assert_close(P.pogo_update(X, D, lr, lam), want)  # general (..., p, n) path
+
+
+def test_normal_correction_accepts_one_lambda_per_matrix():
+    M = perturbed(P.random_stiefel(3, 2, 4, dtype=F64, generator=gen(15)), 0.1, 16)
+    lam = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    out = P.normal_correction(M, lam)
+    for i in range(3):
+        torch.testing.assert_close(out[i], P.normal_correction(M[i], float(lam[i])))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The optimiser against pogo-torch (PyPI), step for step
+
+
+BASES = {
+    "sgd": (lambda: P.SGDBase(), lambda b: b.SGD()),
+    "momentum": (lambda: P.SGDBase(momentum=0.9), lambda b: b.SGD(momentum=0.9)),
+    "nesterov": (lambda: P.SGDBase(momentum=0.9, nesterov=True), lambda b: b.SGD(momentum=0.9, nesterov=True)),
+    "dampening": (lambda: P.SGDBase(momentum=0.5, dampening=0.3), lambda b: b.SGD(momentum=0.5, dampening=0.3)),
+    "vector_adam": (lambda: P.VectorAdamBase(), lambda b: b.VectorAdam()),
+}
+
+
+@pytest.mark.parametrize("rows", [True, False])
+@pytest.mark.parametrize("base", list(BASES))
+def test_matches_pogo_torch_step_for_step(base, rows):
+    pogo_ref, ref_base, _ = import_reference()
+
+    b, p, n, lr = 6, 4, 7, (0.05 if base in ("sgd", "vector_adam") else 0.005)
+    loss = quadratic_problem(b, p, n, seed=1)
+    X0 = P.random_stiefel(b, p, n, rows=rows, dtype=F64, generator=gen(2))
+    ours, ref = X0.clone().requires_grad_(), X0.clone().requires_grad_()
+    opt = P.POGO([ours], lr=lr, base=BASES[base][0](), rows=rows, weight_decay=0.01)
+    opt_ref = pogo_ref.POGO([ref], BASES[base][1](ref_base), lr, rows=rows, weight_decay=0.01)
+    worst = 0.0
+    for _ in range(40):
+        for X, o in ((ours, opt), (ref, opt_ref)):
+            o.zero_grad()
+            loss(X if rows else X.mT).backward()
+            o.step()
+        worst = max(worst, float((ours.detach() - ref.detach()).abs().max()))
+    assert worst < 1e-12
+    assert float((ours.detach() - X0).abs().max()) > 1e-2  # it did move
+
+
+def test_pytorch_style_momentum_init_differs_from_the_public_one():
+    loss = quadratic_problem(2, 3, 5, seed=3)
+    X0 = P.random_stiefel(2, 3, 5, dtype=F64, generator=gen(4))
+    out = []
+    for public in (True, False):
+        X = X0.clone().requires_grad_()
+        opt = P.POGO([X], lr=0.01, base=P.SGDBase(momentum=0.9, public_init=public))
+        loss(X).backward()
+        opt.step()
+        out.append(X.detach())
+    G = grad_of(loss, X0)
+    torch.testing.assert_close(out[0], P.pogo_update(X0, 1.9 * G, 0.01))
+    torch.testing.assert_close(out[1], P.pogo_update(X0, G, 0.01))
+
+
+def test_muon_base_orthogonalises_each_matrix():
+    loss = quadratic_problem(5, 3, 6, seed=5)
+    X0 = P.random_stiefel(5, 3, 6, dtype=F64, generator=gen(6))
+    X = X0.clone().requires_grad_()
+    opt = P.POGO([X], lr=0.05, base=P.MuonBase(momentum=0.0, nesterov=False))
+    loss(X).backward()
+    G = X.grad.clone()
+    opt.step()
+    per_matrix = torch.stack([newton_schulz5(g) for g in G])  # each matrix on its own
+    torch.testing.assert_close(X.detach(), P.pogo_update(X0, per_matrix, 0.05))
+    for _ in range(30):
+        opt.zero_grad()
+        loss(X).backward()
+        opt.step()
+    assert float(P.orthogonality_error(X.detach()).max()) < 1e-6
+
+
+def test_leading_dims_and_two_dimensional_parameters():
+    X0 = P.random_stiefel((2, 3), 2, 5, dtype=F64, generator=gen(7))
+    G = torch.randn(X0.shape, dtype=F64, generator=gen(8))
+    X = X0.clone().requires_grad_()
+    X.grad = G.clone()
+    single = X0[1, 2].clone().requires_grad_()
+    single.grad = G[1, 2].clone()
+    P.POGO([X, single], lr=0.1, base=P.VectorAdamBase()).step()
+    assert X.shape == (2, 3, 2, 5)
+    torch.testing.assert_close(X.detach()[1, 2], single.detach())
+    torch.testing.assert_close(X.detach().reshape(6, 2, 5), P.pogo_update(X0.reshape(6, 2, 5),
+                                                                         G.reshape(6, 2, 5) / G.reshape(6, 10).norm(
+                                                                             dim=1)[:, None, None], 0.1),
+                               atol=1e-6, rtol=0)  # VectorAdam's first direction is g/‖g‖_F (up to eps)
+
+
+def test_float32_tracks_float64_and_grad_is_untouched():
+    loss = quadratic_problem(50, 8, 8, seed=9)
+    X0 = P.random_stiefel(50, 8, 8, dtype=F64, generator=gen(10))
+    worst = {}
+    for dtype in (torch.float32, F64):
+        X = X0.to(dtype).requires_grad_()
+        opt = P.POGO([X], lr=0.01, base=P.SGDBase(momentum=0.5), weight_decay=0.1)
+        worst[dtype] = 0.0
+        for _ in range(100):
+            opt.zero_grad()
+            loss(X.double()).backward()
+            g = X.grad.clone()
+            opt.step()
+            assert torch.equal(X.grad, g)
+            worst[dtype] = max(worst[dtype], float(P.orthogonality_error(X.detach()).max()))
+        assert X.dtype == dtype
+    assert worst[torch.float32] <= worst[F64] + 1e-5 and worst[F64] < 1e-3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_not_orthonormal_at_the_first_step_raises_with_the_error_size():
+    X = torch.randn(4, 3, 5, generator=gen(11)).requires_grad_()
+    X.grad = torch.ones_like(X)
+    err = float(P.orthogonality_error(X.detach()).max())
+    with pytest.raises(ValueError, match=f"{err:.3g}"):
+        P.POGO([X], lr=0.1).step()
+    P.POGO([X], lr=0.1, check_tol=None).step()  # explicitly disabled
+
+
+def test_shape_and_hyper_parameter_errors():
+    tall = torch.zeros(2, 5, 3, requires_grad=True)
+    with pytest.raises(ValueError, match="rows=False"):
+        P.POGO([tall], lr=0.1)
+    with pytest.raises(ValueError, match="rows=True"):
+        P.POGO([torch.zeros(2, 3, 5, requires_grad=True)], lr=0.1, rows=False)
+    with pytest.raises(ValueError, match="matrices"):
+        P.POGO([torch.zeros(5, requires_grad=True)], lr=0.1)
+    ok = P.random_stiefel(2, 3, 5).requires_grad_()
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="learning rate"):
+            P.POGO([ok], lr=bad)
+    with pytest.raises(ValueError, match="weight_decay"):
+        P.POGO([ok], lr=0.1, weight_decay=-1)
+    with pytest.raises(ValueError, match="Nesterov"):
+        P.SGDBase(nesterov=True)
+    with pytest.raises(ValueError, match="betas"):
+        P.VectorAdamBase(betas=(1.0, 0.9))
+    with pytest.raises(ValueError, match="rows=False"):
+        P.Landing([tall], lr=0.1)
+    with pytest.raises(ValueError, match="differs"):
+        P.relative_gradient(ok.detach(), torch.zeros(2, 3, 4))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Quartic λ
+
+
+def test_quartic_lambda_minimises_the_residual():
+    *_, compute_lambda = import_reference()  # the public code's λ, as a comparison point
+
+    X = P.random_stiefel(30, 5, 9, dtype=F64, generator=gen(12))
+    grid = torch.linspace(-1, 2, 30001, dtype=F64)
+    for lr in (0.05, 0.3, 1.0):
+        M = X - lr * P.relative_gradient(X, torch.randn(X.shape, dtype=F64, generator=gen(13)))
+        B = M - M @ M.mT @ M
+        lam = P.solve_lambda_quartic(M, B)
+        c = P.quartic_coefficients(M, B)
+        explicit = torch.linalg.matrix_norm((M + lam[:, None, None] * B) @ (M + lam[:, None, None] * B).mT
+                                            - torch.eye(5, dtype=F64)).square()
+        torch.testing.assert_close(P._polyval(c, lam[:, None])[:, 0], explicit)
+        f_grid = P._polyval(c, grid.expand(30, -1)).amin(-1)
+        f_half = P._polyval(c, torch.full((30, 1), 0.5, dtype=F64))[:, 0]
+        f_public = P._polyval(c, compute_lambda(M, B).to(F64)[:, None])[:, 0]
+        assert (explicit <= f_grid + 1e-9 * (1 + f_grid)).all()
+        assert (explicit <= f_half * (1 + 1e-12) + 1e-15).all()
+        assert (explicit <= f_public * (1 + 1e-12) + 1e-15).all()
+        for i in range(3):  # the critical points are numpy's roots of f'
+            roots = np.roots(np.polyder(c[i].numpy()))
+            real = roots[np.abs(roots.imag) < 1e-8].real
+            assert np.min(np.abs(real - float(lam[i]))) < 1e-6
+
+
+def test_quartic_lambda_with_zero_normal_part_and_in_the_optimiser():
+    X = P.random_stiefel(4, 3, 6, dtype=F64, generator=gen(14))
+    lam = P.solve_lambda_quartic(X, X - X @ X.mT @ X)
+    torch.testing.assert_close(lam, torch.full((4,), 0.5, dtype=F64))
+    loss = quadratic_problem(4, 3, 6, seed=15)
+    errs = {}
+    for every in (-1, 1):
+        Z = X.clone().requires_grad_()
+        opt = P.POGO([Z], lr=0.5, lambda_every=every)
+        worst = 0.0
+        for _ in range(20):
+            opt.zero_grad()
+            loss(Z).backward()
+            opt.step()
+            worst = max(worst, float(P.orthogonality_error(Z.detach()).max()))
+        errs[every] = worst
+    assert errs[1] <= errs[-1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Landing
+
+
+def landing_square_reference(X, G, lr, lam=1.0, eps=0.5, reg=1e-7):
+    """pierreablin/landing's step for square matrices, written out: ψ = skew(G Xᵀ), field (ψ + λ(XXᵀ − I)) X,
+    safe step from the distance and the field's norm."""
+    out = []
+    for x, g in zip(X, G, strict=True):
+        psi = 0.5 * (g @ x.T - x @ g.T)
+        dist = x @ x.T - torch.eye(x.shape[0], dtype=x.dtype)
+        field = (psi + lam * dist) @ x
+        d, a = float(torch.linalg.norm(dist)), float(torch.linalg.norm(field)) ** 2
+        beta = lam * d * (1 - d)
+        step = min((beta + np.sqrt(beta**2 + max(a * (eps - d), 0.0))) / (a + reg), 1 / (2 * lam), lr)
+        out.append(x - step * field)
+    return torch.stack(out)
+
+
+def test_landing_matches_the_square_reference():
+    loss = quadratic_problem(5, 6, 6, seed=16)
+    X0 = P.random_stiefel(5, 6, 6, dtype=F64, generator=gen(17))
+    G = grad_of(loss, X0)
+    X = X0.clone().requires_grad_()
+    X.grad = G.clone()
+    P.Landing([X], lr=0.2).step()
+    torch.testing.assert_close(X.detach(), landing_square_reference(X0, G, 0.2), atol=1e-13, rtol=0)
+    # off the manifold the row-aware and the square forms differ only at second order in the distance
+    X1 = X.detach()
+    G1 = grad_of(loss, X1)
+    X.grad = G1.clone()
+    P.Landing([X], lr=0.2).step()
+    d = float(P.orthogonality_error(X1).max())
+    gap = float((X.detach() - landing_square_reference(X1, G1, 0.2)).abs().max())
+    assert gap <= 0.2 * d * float(G1.abs().max()) * 6
+
+
+def test_landing_safe_step_keeps_the_distance_below_eps():
+    loss = quadratic_problem(20, 5, 5, seed=18)
+    X = P.random_stiefel(20, 5, 5, dtype=F64, generator=gen(19)).requires_grad_()
+    opt = P.Landing([X], lr=10.0, safe_step=0.5)
+    worst = 0.0
+    for _ in range(50):
+        opt.zero_grad()
+        loss(X).backward()
+        opt.step()
+        worst = max(worst, float(P.orthogonality_error(X.detach()).max()))
+    assert 1e-3 < worst <= 0.5
+
+
+def test_landing_is_not_frozen_on_wide_pca():
+    # PCA on wide row matrices: the square-matrix relative gradient would be exactly zero here
+    n, p = 12, 3
+    A = torch.randn(n, n, dtype=F64, generator=gen(20))
+    A = A @ A.T / n
+
+    def f(Z):
+        return -0.5 * torch.trace(Z[0] @ A @ Z[0].T)
+
+    X = P.random_stiefel(1, p, n, dtype=F64, generator=gen(21)).requires_grad_()
+    opt = P.Landing([X], lr=0.2)
+    f0 = float(f(X.detach()))
+    for _ in range(300):
+        opt.zero_grad()
+        f(X).backward()
+        opt.step()
+    f_star = -0.5 * float(torch.linalg.eigvalsh(A)[-p:].sum())
+    assert (float(f(X.detach())) - f_star) < 1e-3 * (f0 - f_star)
+    assert float(P.orthogonality_error(X.detach()).max()) < 1e-4  # Landing only lands asymptotically
+
+
+def test_landing_columns_equal_rows_transposed():
+    X0 = P.random_stiefel(3, 2, 5, dtype=F64, generator=gen(22))
+    G = torch.randn(X0.shape, dtype=F64, generator=gen(23))
+    a, b = X0.clone().requires_grad_(), X0.mT.clone().requires_grad_()
+    a.grad, b.grad = G.clone(), G.mT.clone()
+    P.Landing([a], lr=0.1, momentum=0.5).step()
+    P.Landing([b], lr=0.1, momentum=0.5, rows=False).step()
+    torch.testing.assert_close(a.detach(), b.detach().mT)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Devices
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    loss = quadratic_problem(8, 4, 6, seed=24)
+    X0 = P.random_stiefel(8, 4, 6, dtype=F64, generator=gen(25))
+    out = []
+    for dev in ("cpu", "cuda"):
+        X = X0.to(dev).clone().requires_grad_()
+        opt = P.POGO([X], lr=0.05, base=P.VectorAdamBase(), lambda_every=3)
+        for _ in range(10):
+            opt.zero_grad()
+            X.grad = grad_of(loss, X.detach().cpu()).to(dev)
+            opt.step()
+        out.append(X.detach().cpu())
+    torch.testing.assert_close(out[0], out[1], atol=1e-10, rtol=0)
