@@ -1,0 +1,617 @@
+"""Entropy models for octree occupancy symbols: PACE and the baselines it is compared with.
+
+Paper 09: Zhu, You, Ding, Ma, "PACE: Post-Causal Entropy Modeling for Learned LiDAR Point Cloud Compression",
+ICML 2026 (arXiv 2605.01320). Notebook: ``notebooks/09-pace-lidar.ipynb``.
+
+All models read the same node context (:func:`repro.pace.octree.level_context`) and output a pmf over the 255
+occupancy symbols. The nodes of one octree level are cut into windows of ``W`` consecutive nodes (Morton order).
+
+* :class:`PACEModel` (the paper's idea). A **non-causal backbone** ``F = B(ctx)`` (context embedding, a 1-D
+  convolution along the window, ``layers`` unmasked pre-norm transformer blocks with SwiGLU) runs **once** per
+  window. Causality lives only in a light **predictor**: its input at position ``i`` is
+  ``x_i = F_i + E(o_{i−1})`` (the previous node's symbol, shifted by one; the pad symbol 255 embeds to 0), followed by
+  a diagonal linear state-space layer ``h_i = a ⊙ h_{i−1} + (1 − a) ⊙ W_u x_i`` (our CPU stand-in for the paper's
+  Mamba block), a gated read-out and an MLP to 255 logits. **Stage-scalable decoding** from one set of weights:
+  with ``k`` stages, node ``i`` has phase ``(i mod W) mod k``; stage ``r`` decodes the phase-``r`` nodes and the
+  predictor input carries exactly the symbols of phases ``< r`` (all others are the pad symbol), so ``k`` predictor
+  passes and one backbone pass decode a level. ``k = 1`` is fully parallel (ancestors only), ``k = W`` is
+  autoregressive; the recurrent :meth:`SSMPredictor.step` gives the autoregressive path one node at a time.
+* :class:`CoupledCausalModel`: the OctAttention-style baseline with the **same** embedding, convolution and
+  transformer blocks, but causal, and the previous symbol enters the backbone itself; autoregressive decoding
+  must re-run the backbone for every node (``cache=False``, as OctAttention does) or keep a KV cache
+  (``cache=True``, shown for honesty).
+* :class:`AncestorMLP`: OctSqueeze-style MLP on the ancestors' context only (fully parallel).
+* :class:`CountTable`: no network; empirical symbol counts per (parent symbol, octant) context (G-PCC-lite).
+
+Training (:func:`train`) is teacher-forced cross-entropy. The paper's training code is not released; to make one
+PACE checkpoint serve every ``k`` we sample ``k`` per batch and apply exactly the decoder's stage masks (an
+assumption, stated in the notebook).
+
+Every model exposes ``session(tokens, xyz, mode)``, the object the codec drives: ``steps`` (which nodes each
+decoding step produces) and ``pmf(step, known)`` (float64 pmfs of those nodes, given the symbols decoded so far).
+The encoder and decoder call it identically, so both compute bit-identical pmfs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .octree import CTX_COLUMNS, MAX_DEPTH, N_SYMBOLS, PAD_OCTANT, PAD_SYMBOL
+
+Tensor = torch.Tensor
+AR = "ar"
+
+
+# ----------------------------------------------------------------------------------------------- windows
+
+
+def n_windows(m: int, window: int) -> int:
+    return max(1, -(-m // window))
+
+
+def to_windows(x: Tensor, window: int, pad_value: float | int = 0) -> Tensor:
+    """(M, ...) -> (B, W, ...) with B = ceil(M / W), the tail padded with ``pad_value``."""
+    m = x.shape[0]
+    b = n_windows(m, window)
+    out = x.new_full((b * window, *x.shape[1:]), pad_value)
+    out[:m] = x
+    return out.reshape(b, window, *x.shape[1:])
+
+
+def phases(window: int, k: int, device: torch.device | str | None = None) -> Tensor:
+    """Phase ``(i mod W) mod k`` of the window positions (the stage that decodes each position)."""
+    return torch.arange(window, device=device) % k
+
+
+def stage_prev(sym: Tensor, k: int, r: int) -> Tensor:
+    """Predictor input symbols at stage ``r`` of ``k``: position ``j`` carries ``sym[j−1]`` if ``j−1`` has phase
+    ``< r`` (decoded in an earlier stage), else the pad symbol; position 0 always the pad. ``sym``: (B, W)."""
+    if not 0 <= r < k:
+        raise ValueError(f"stage r={r} outside 0..{k - 1}")
+    prev = torch.full_like(sym, PAD_SYMBOL)
+    known = phases(sym.shape[1], k, sym.device)[:-1] < r
+    prev[:, 1:] = torch.where(known[None], sym[:, :-1], prev[:, 1:])
+    return prev
+
+
+def shift_prev(sym: Tensor) -> Tensor:
+    """Teacher-forced autoregressive input: ``sym`` shifted right by one, pad first."""
+    prev = torch.full_like(sym, PAD_SYMBOL)
+    prev[:, 1:] = sym[:, :-1]
+    return prev
+
+
+def parse_mode(mode: str, window: int) -> int:
+    """``"fp"`` -> 1, ``"<k>s"`` -> k stages (1 <= k <= W), ``"ar"`` -> 0 (the recurrent step path)."""
+    if mode == "fp":
+        return 1
+    if mode == AR:
+        return 0
+    if isinstance(mode, str) and mode.endswith("s") and mode[:-1].isdigit():
+        k = int(mode[:-1])
+        if 1 <= k <= window:
+            return k
+    raise ValueError(f"unknown mode {mode!r}; use 'fp', '<k>s' with 1 <= k <= {window}, or 'ar'")
+
+
+# ----------------------------------------------------------------------------------------------- layers
+
+
+class ContextEmbedding(nn.Module):
+    """Embed the node context: ancestors' occupancy symbols (a shared 256-row table, row 255 = 0), octants (9 rows),
+    level, plus a linear map of the cell centre; LayerNorm. Output width ``d``."""
+
+    def __init__(self, d: int, e_occ: int = 16, e_small: int = 8, max_level: int = MAX_DEPTH):
+        super().__init__()
+        self.occ = nn.Embedding(256, e_occ, padding_idx=PAD_SYMBOL)
+        self.octant = nn.Embedding(PAD_OCTANT + 1, e_small)
+        self.level = nn.Embedding(max_level + 1, e_small)
+        self.proj = nn.Linear(3 * e_occ + 4 * e_small, d)
+        self.pos = nn.Linear(3, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, tokens: Tensor, xyz: Tensor) -> Tensor:
+        if tokens.shape[-1] != len(CTX_COLUMNS):
+            raise ValueError(f"tokens must have {len(CTX_COLUMNS)} columns {CTX_COLUMNS}")
+        parts = [self.occ(tokens[..., :3]).flatten(-2), self.octant(tokens[..., 3:6]).flatten(-2),
+                 self.level(tokens[..., 6])]
+        return self.norm(self.proj(torch.cat(parts, -1)) + self.pos(xyz))
+
+
+class ConvBlock(nn.Module):
+    """Residual 1-D convolution along the Morton sequence (the role of PACE's IRN block): LN, pointwise,
+    depthwise (kernel ``kernel``; causal if asked), GELU, pointwise."""
+
+    def __init__(self, d: int, kernel: int = 5, causal: bool = False):
+        super().__init__()
+        self.kernel, self.causal = kernel, causal
+        self.norm = nn.LayerNorm(d)
+        self.pw1 = nn.Linear(d, d)
+        self.dw = nn.Conv1d(d, d, kernel, groups=d)
+        self.pw2 = nn.Linear(d, d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = self.pw1(self.norm(x)).transpose(1, 2)  # (B, d, W)
+        left = self.kernel - 1 if self.causal else (self.kernel - 1) // 2
+        z = self.dw(F.pad(z, (left, self.kernel - 1 - left)))
+        return x + self.pw2(F.gelu(z.transpose(1, 2)))
+
+    def step(self, x_t: Tensor, buf: list[Tensor]) -> Tensor:
+        """Causal single-position update; ``buf`` holds the last ``kernel − 1`` pointwise outputs."""
+        if not self.causal:
+            raise ValueError("step() needs a causal convolution")
+        z = self.pw1(self.norm(x_t))
+        if not buf:
+            buf.extend(torch.zeros_like(z) for _ in range(self.kernel - 1))
+        stack = torch.stack([*buf, z], -1)  # (B, d, kernel), oldest first
+        buf.append(z)
+        del buf[0]
+        out = (stack * self.dw.weight[:, 0][None]).sum(-1) + self.dw.bias
+        return x_t + self.pw2(F.gelu(out))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: multi-head self-attention and a SwiGLU feed-forward layer."""
+
+    def __init__(self, d: int, heads: int, ffn: int):
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"d={d} must be divisible by heads={heads}")
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.w13 = nn.Linear(d, 2 * ffn)
+        self.w2 = nn.Linear(ffn, d)
+
+    def _split(self, t: Tensor) -> Tensor:
+        b, n, d = t.shape
+        return t.reshape(b, n, self.heads, d // self.heads).transpose(1, 2)
+
+    def _ffn(self, x: Tensor) -> Tensor:
+        a, g = self.w13(self.n2(x)).chunk(2, -1)
+        return x + self.w2(F.silu(a) * g)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        q, k, v = (self._split(t) for t in self.qkv(self.n1(x)).chunk(3, -1))
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        x = x + self.out(att.transpose(1, 2).reshape(x.shape))
+        return self._ffn(x)
+
+    def step(self, x_t: Tensor, cache: dict[str, Tensor]) -> Tensor:
+        """One new position attending to all cached ones (KV cache)."""
+        q, k, v = (self._split(t[:, None]) for t in self.qkv(self.n1(x_t)).chunk(3, -1))
+        cache["k"] = k if "k" not in cache else torch.cat([cache["k"], k], 2)
+        cache["v"] = v if "v" not in cache else torch.cat([cache["v"], v], 2)
+        att = F.scaled_dot_product_attention(q, cache["k"], cache["v"])
+        x_t = x_t + self.out(att.transpose(1, 2).reshape(x_t.shape))
+        return self._ffn(x_t)
+
+
+def _head(d: int) -> nn.Sequential:
+    return nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.Linear(d, N_SYMBOLS))
+
+
+class SSMPredictor(nn.Module):
+    """PACE's causal predictor: ``x_i = F_i + E(o_{i−1})``, a diagonal linear recurrence
+    ``h_i = a ⊙ h_{i−1} + (1 − a) ⊙ W_u x_i`` (decays ``a ∈ (0, 1)`` learned, initialised on time scales 1.5..W/4),
+    ``y_i = x_i + W_o (h_i ⊙ silu(W_g x_i))`` and an MLP to 255 logits. :meth:`forward` evaluates all positions at
+    once (``h`` is the causal convolution of ``W_u x`` with the impulse response ``a^τ (1 − a)``, by FFT);
+    :meth:`step` is the recurrence, one position at a time."""
+
+    def __init__(self, d: int, window: int, n_state: int | None = None):
+        super().__init__()
+        n = n_state or d
+        self.occ = nn.Embedding(256, d, padding_idx=PAD_SYMBOL)
+        self.u = nn.Linear(d, n)
+        self.g = nn.Linear(d, n)
+        self.o = nn.Linear(n, d)
+        tau = torch.logspace(math.log10(1.5), math.log10(max(2.0, window / 4)), n)
+        self.decay_logit = nn.Parameter(torch.log(tau - 1))  # a = sigmoid(logit) = 1 − 1/tau
+        self.head = _head(d)
+
+    def decay(self) -> Tensor:
+        return torch.sigmoid(self.decay_logit)
+
+    def kernel(self, length: int) -> Tensor:
+        """(length, n) impulse response ``a^τ (1 − a)``, τ = 0..length−1, of the recurrence."""
+        a = self.decay()
+        lag = torch.arange(length, device=a.device, dtype=a.dtype)
+        return torch.exp(lag[:, None] * torch.log(a)[None]) * (1 - a)
+
+    def forward(self, feats: Tensor, prev: Tensor, kernel: Tensor | None = None) -> Tensor:
+        return self.head(self.features(feats, prev, kernel))
+
+    def features(self, feats: Tensor, prev: Tensor, kernel: Tensor | None = None) -> Tensor:
+        """The read-out ``y`` before the MLP head, for all positions at once."""
+        x = feats + self.occ(prev)
+        length = x.shape[1]
+        k = self.kernel(length) if kernel is None else kernel
+        # h = causal convolution of W_u x with the kernel, through a zero-padded FFT (O(W log W), exact up to
+        # rounding; the codec never mixes this path with :meth:`step` within one mode)
+        u = torch.fft.rfft(self.u(x), n=2 * length, dim=1)
+        h = torch.fft.irfft(u * torch.fft.rfft(k, n=2 * length, dim=0)[None], n=2 * length, dim=1)[:, :length]
+        return x + self.o(h * F.silu(self.g(x)))
+
+    def step(self, feat_t: Tensor, prev_t: Tensor, h: Tensor | None) -> tuple[Tensor, Tensor]:
+        x = feat_t + self.occ(prev_t)
+        a = self.decay()
+        u = self.u(x)
+        h = (1 - a) * u if h is None else a * h + (1 - a) * u
+        return self.head(x + self.o(h * F.silu(self.g(x)))), h
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+class _Learned(nn.Module):
+    kind = "learned"
+    modes: tuple[str, ...] = ()
+
+    def fingerprint(self) -> bytes:
+        """8 bytes identifying the weights (a stream carries it; decoding with other weights is refused)."""
+        h = hashlib.sha256(self.kind.encode())
+        for name, t in sorted(self.state_dict().items()):
+            h.update(name.encode())
+            h.update(t.detach().cpu().to(torch.float64).contiguous().numpy().tobytes())
+        return h.digest()[:8]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def _inputs(self, tokens: np.ndarray, xyz: np.ndarray) -> tuple[Tensor, Tensor]:
+        t = torch.as_tensor(tokens, dtype=torch.long, device=self.device)
+        x = torch.as_tensor(xyz, device=self.device).to(self.dtype)
+        return t, x
+
+
+class PACEModel(_Learned):
+    """PACE: non-causal backbone once per window + stage-scalable causal predictor (see the module docstring)."""
+
+    kind = "pace"
+
+    def __init__(self, d: int = 64, layers: int = 2, heads: int = 4, window: int = 256, conv_kernel: int = 5,
+                 chunk: int = 64):
+        super().__init__()
+        self.window, self.chunk = window, chunk
+        self.config = dict(d=d, layers=layers, heads=heads, window=window, conv_kernel=conv_kernel)
+        self.embed = ContextEmbedding(d)
+        self.conv = ConvBlock(d, conv_kernel, causal=False)
+        self.blocks = nn.ModuleList(Block(d, heads, 8 * d // 3) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+        self.predictor = SSMPredictor(d, window)
+
+    def backbone(self, tokens: Tensor, xyz: Tensor, valid: Tensor) -> Tensor:
+        """Window features (B, W, d) from contexts (B, W, 7) / (B, W, 3); ``valid`` (B, W) masks the tail padding.
+        Non-causal: every node sees its whole window. Evaluated in chunks of windows (same result per window)."""
+        outs = []
+        for s in range(0, tokens.shape[0], self.chunk):
+            t, x, v = tokens[s:s + self.chunk], xyz[s:s + self.chunk], valid[s:s + self.chunk]
+            h = self.embed(t, x) * v[..., None]
+            h = self.conv(h) * v[..., None]
+            mask = None if bool(v.all()) else v[:, None, None, :]  # the unmasked kernel when nothing is padded
+            for blk in self.blocks:
+                h = blk(h, mask=mask)
+            outs.append(self.norm(h))
+        return torch.cat(outs)
+
+    def predict_stages(self, feats: Tensor, sym: Tensor, k: int) -> Tensor:
+        """Teacher-forced logits (B, W, 255) of ``k``-stage decoding: node ``i`` gets the output of the pass of its
+        own stage ``r = phase(i)``, whose input holds exactly the symbols of phases ``< r``. ``k >= W`` is the
+        autoregressive case, computed in one causal pass (identical by causality)."""
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        kern = self.predictor.kernel(feats.shape[1])
+        if k >= feats.shape[1]:
+            return self.predictor(feats, shift_prev(sym), kern)
+        ph = phases(feats.shape[1], k, feats.device)
+        y = None
+        for r in range(k):  # one recurrence pass per stage; the MLP head once, on each node's own stage
+            y_r = self.predictor.features(feats, stage_prev(sym, k, r), kern)
+            y = y_r if y is None else torch.where((ph == r)[None, :, None], y_r, y)
+        return self.predictor.head(y)
+
+    def forward(self, tokens: Tensor, xyz: Tensor, valid: Tensor, sym: Tensor, k: int) -> Tensor:
+        return self.predict_stages(self.backbone(tokens, xyz, valid), sym, k)
+
+    def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
+        k = parse_mode(mode, self.window)
+        return _PaceAR(self, tokens, xyz) if k == 0 else _PaceStages(self, tokens, xyz, k)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return ("fp", "2s", "4s", "8s", AR)
+
+
+class CoupledCausalModel(_Learned):
+    """OctAttention-style coupled model: the previous symbol enters the (causal) backbone, so autoregressive
+    decoding re-runs the backbone per node (``"ar"``) or updates a KV cache (``"ar-kv"``). Same embedding,
+    convolution (causal) and blocks as :class:`PACEModel`."""
+
+    kind = "coupled"
+
+    def __init__(self, d: int = 64, layers: int = 2, heads: int = 4, window: int = 256, conv_kernel: int = 5):
+        super().__init__()
+        self.window = window
+        self.config = dict(d=d, layers=layers, heads=heads, window=window, conv_kernel=conv_kernel)
+        self.embed = ContextEmbedding(d)
+        self.occ = nn.Embedding(256, d, padding_idx=PAD_SYMBOL)
+        self.conv = ConvBlock(d, conv_kernel, causal=True)
+        self.blocks = nn.ModuleList(Block(d, heads, 8 * d // 3) for _ in range(layers))
+        self.head = _head(d)
+
+    def run(self, static: Tensor, prev: Tensor) -> Tensor:
+        """Logits of every position of (prefixes of) windows: ``static`` = context embedding (B, n, d)."""
+        h = self.conv(static + self.occ(prev))
+        for blk in self.blocks:
+            h = blk(h, causal=True)
+        return self.head(h)
+
+    def forward(self, tokens: Tensor, xyz: Tensor, valid: Tensor, sym: Tensor, k: int | None = None) -> Tensor:
+        return self.run(self.embed(tokens, xyz), shift_prev(sym))
+
+    def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
+        if mode not in self.modes:
+            raise ValueError(f"unknown mode {mode!r} for the coupled model; use one of {self.modes}")
+        return _CoupledAR(self, tokens, xyz, cache=mode == "ar-kv")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return (AR, "ar-kv")
+
+
+class AncestorMLP(_Learned):
+    """OctSqueeze-style: an MLP on the node's own ancestor context, every node independent (fully parallel)."""
+
+    kind = "mlp"
+
+    def __init__(self, d: int = 64, hidden: int = 128, window: int = 256):
+        super().__init__()
+        self.window = window
+        self.config = dict(d=d, hidden=hidden)
+        self.embed = ContextEmbedding(d)
+        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+                                 nn.Linear(hidden, N_SYMBOLS))
+
+    def forward(self, tokens: Tensor, xyz: Tensor, valid: Tensor | None = None, sym: Tensor | None = None,
+                k: int | None = None) -> Tensor:
+        return self.mlp(self.embed(tokens, xyz))
+
+    def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
+        if mode != "fp":
+            raise ValueError(f"the ancestor MLP only has mode 'fp', got {mode!r}")
+        return _OneShot(lambda: _pmf(self(*self._inputs(tokens, xyz))), len(tokens))
+
+    modes = ("fp",)
+
+
+class CountTable:
+    """A static context model without a network: counts of symbols per (parent symbol, octant) context,
+    estimated on training octrees with add-``alpha`` smoothing (``alpha = 0.5``: the Krichevsky–Trofimov rule)."""
+
+    kind = "table"
+    modes = ("fp",)
+
+    def __init__(self, alpha: float = 0.5):
+        if alpha <= 0:
+            raise ValueError("alpha must be positive")
+        self.alpha = alpha
+        self.counts = np.zeros((256 * 9, N_SYMBOLS), dtype=np.int64)
+
+    @staticmethod
+    def context_id(tokens: np.ndarray) -> np.ndarray:
+        return np.asarray(tokens[:, 0], dtype=np.int64) * 9 + np.asarray(tokens[:, 3], dtype=np.int64)
+
+    def fit(self, data: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> CountTable:
+        """Accumulate counts from ``(tokens, xyz, symbols)`` triples (e.g. :func:`octree_contexts`)."""
+        for tokens, _, sym in data:
+            np.add.at(self.counts, (self.context_id(tokens), np.asarray(sym, dtype=np.int64)), 1)
+        return self
+
+    def probs(self, tokens: np.ndarray) -> np.ndarray:
+        c = self.counts[self.context_id(tokens)] + self.alpha
+        return c / c.sum(1, keepdims=True)
+
+    def fingerprint(self) -> bytes:
+        h = hashlib.sha256(b"table")
+        h.update(np.float64(self.alpha).tobytes())
+        h.update(self.counts.tobytes())
+        return h.digest()[:8]
+
+    def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
+        if mode != "fp":
+            raise ValueError(f"the count table only has mode 'fp', got {mode!r}")
+        return _OneShot(lambda: self.probs(tokens), len(tokens))
+
+
+# ----------------------------------------------------------------------------------------------- sessions
+
+
+def _pmf(logits: Tensor) -> np.ndarray:
+    return torch.softmax(logits.detach().cpu().to(torch.float64), -1).numpy()
+
+
+class _Session:
+    """Decoding plan of one level: ``steps[j]`` = flat node indices produced at step ``j`` (ascending);
+    ``pmf(j, known)`` = their pmfs given ``known`` (M,) int64 symbols, :data:`PAD_SYMBOL` where not yet decoded."""
+
+    steps: list[np.ndarray]
+
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class _OneShot(_Session):
+    def __init__(self, fn: Callable[[], np.ndarray], m: int):
+        self.fn = fn
+        self.steps = [np.arange(m)]
+
+    @torch.no_grad()
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+        return self.fn()
+
+
+class _Windowed(_Session):
+    def __init__(self, model: _Learned, tokens: np.ndarray, xyz: np.ndarray):
+        self.model, self.m, self.w = model, len(tokens), model.window
+        t, x = model._inputs(tokens, xyz)
+        self.tokens = to_windows(t, self.w, 0)
+        self.xyz = to_windows(x, self.w, 0.0)
+        self.valid = to_windows(torch.ones(self.m, dtype=torch.bool, device=model.device), self.w, False)
+
+    def known_windows(self, known: np.ndarray) -> Tensor:
+        k = torch.as_tensor(np.asarray(known, dtype=np.int64), device=self.model.device)
+        return to_windows(k, self.w, PAD_SYMBOL)
+
+    def position_steps(self) -> list[np.ndarray]:
+        flat = np.arange(self.m)
+        return [flat[flat % self.w == t] for t in range(min(self.w, self.m))]
+
+
+class _PaceStages(_Windowed):
+    @torch.no_grad()
+    def __init__(self, model: PACEModel, tokens: np.ndarray, xyz: np.ndarray, k: int):
+        super().__init__(model, tokens, xyz)
+        self.k = k
+        self.feats = model.backbone(self.tokens, self.xyz, self.valid)
+        self.kernel = model.predictor.kernel(self.w)
+        flat = np.arange(self.m)
+        self.steps = [s for s in (flat[(flat % self.w) % k == r] for r in range(k))]
+
+    @torch.no_grad()
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+        prev = stage_prev(self.known_windows(known), self.k, j)
+        y = self.model.predictor.features(self.feats, prev, self.kernel)
+        y = y.reshape(-1, y.shape[-1])[torch.as_tensor(self.steps[j], device=y.device)]
+        return _pmf(self.model.predictor.head(y))
+
+
+class _PaceAR(_Windowed):
+    @torch.no_grad()
+    def __init__(self, model: PACEModel, tokens: np.ndarray, xyz: np.ndarray):
+        super().__init__(model, tokens, xyz)
+        self.feats = model.backbone(self.tokens, self.xyz, self.valid)
+        self.steps = self.position_steps()
+        self.h: Tensor | None = None
+        self.known_t = np.full(self.feats.shape[0], PAD_SYMBOL, dtype=np.int64)
+
+    @torch.no_grad()
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+        if j > 0:  # the previous position of every window that has one
+            self.known_t[: len(self.steps[j - 1])] = known[self.steps[j - 1]]
+        prev = torch.as_tensor(self.known_t, device=self.model.device)
+        logits, self.h = self.model.predictor.step(self.feats[:, j], prev, self.h)
+        return _pmf(logits[: len(self.steps[j])])
+
+
+class _CoupledAR(_Windowed):
+    @torch.no_grad()
+    def __init__(self, model: CoupledCausalModel, tokens: np.ndarray, xyz: np.ndarray, cache: bool):
+        super().__init__(model, tokens, xyz)
+        self.cache = cache
+        self.static = model.embed(self.tokens, self.xyz)  # per-node context embedding: no causal dependence
+        self.steps = self.position_steps()
+        self.prev = torch.full(self.static.shape[:2], PAD_SYMBOL, dtype=torch.long, device=model.device)
+        self.caches: list[dict[str, Tensor]] = [{} for _ in model.blocks]
+        self.conv_buf: list[Tensor] = []
+
+    @torch.no_grad()
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+        model: CoupledCausalModel = self.model
+        n = len(self.steps[j])
+        if j > 0:
+            self.prev[: len(self.steps[j - 1]), j] = torch.as_tensor(known[self.steps[j - 1]], device=self.prev.device)
+        if not self.cache:  # re-run the whole causal backbone on the window prefix, as OctAttention does
+            return _pmf(model.run(self.static[:, : j + 1], self.prev[:, : j + 1])[:n, j])
+        h = model.conv.step(self.static[:, j] + model.occ(self.prev[:, j]), self.conv_buf)
+        for blk, cache in zip(model.blocks, self.caches, strict=True):
+            h = blk.step(h, cache)
+        return _pmf(model.head(h)[:n])
+
+
+# ----------------------------------------------------------------------------------------------- training
+
+
+@dataclass
+class WindowData:
+    """Training windows: ``tokens`` (N, W, 7), ``xyz`` (N, W, 3), ``sym`` (N, W), ``valid`` (N, W)."""
+
+    tokens: Tensor
+    xyz: Tensor
+    sym: Tensor
+    valid: Tensor
+
+    @classmethod
+    def from_levels(cls, levels: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], window: int) -> WindowData:
+        """Cut every level's ``(tokens, xyz, symbols)`` into windows (padding each level's tail)."""
+        parts: list[list[Tensor]] = [[], [], [], []]
+        for tokens, xyz, sym in levels:
+            t = torch.as_tensor(tokens, dtype=torch.long)
+            parts[0].append(to_windows(t, window, 0))
+            parts[1].append(to_windows(torch.as_tensor(xyz, dtype=torch.float32), window, 0.0))
+            parts[2].append(to_windows(torch.as_tensor(sym, dtype=torch.long), window, PAD_SYMBOL))
+            parts[3].append(to_windows(torch.ones(len(t), dtype=torch.bool), window, False))
+        return cls(*(torch.cat(p) for p in parts))
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def to(self, device: torch.device | str) -> WindowData:
+        return WindowData(self.tokens.to(device), self.xyz.to(device), self.sym.to(device), self.valid.to(device))
+
+
+def cross_entropy_bits(model: nn.Module, data: WindowData, k: int, batch: int = 64) -> float:
+    """Mean teacher-forced code length (bits per symbol) of ``model`` on ``data`` with ``k`` stages."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(data), batch):
+            t, x, y, v = (a[s:s + batch] for a in (data.tokens, data.xyz, data.sym, data.valid))
+            logits = model(t, x.to(model.dtype), v, y, k)
+            nll = F.cross_entropy(logits[v].double(), y[v], reduction="sum")
+            total += float(nll) / math.log(2)
+            count += int(v.sum())
+    return total / max(count, 1)
+
+
+def train(model: nn.Module, data: WindowData, *, steps: int, batch: int = 16, lr: float = 2e-3,
+          ks: Sequence[int] = (1,), seed: int = 0, log_every: int = 0) -> list[float]:
+    """Teacher-forced cross-entropy training with AdamW and a cosine schedule; for PACE a stage count ``k`` is
+    drawn from ``ks`` for every batch (one checkpoint for all ``k``). Returns the loss (bits/symbol) per step."""
+    if steps < 1 or batch < 1 or not ks:
+        raise ValueError("need steps >= 1, batch >= 1 and at least one k")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+    dev = next(model.parameters()).device
+    losses = []
+    model.train()
+    for i in range(steps):
+        idx = torch.randint(len(data), (batch,), generator=gen)
+        k = int(ks[int(torch.randint(len(ks), (1,), generator=gen))])
+        t, x, y, v = (a[idx].to(dev) for a in (data.tokens, data.xyz, data.sym, data.valid))
+        logits = model(t, x, v, y, k)
+        loss = F.cross_entropy(logits[v], y[v]) / math.log(2)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if log_every and (i + 1) % log_every == 0:
+            print(f"step {i + 1}/{steps}: {np.mean(losses[-log_every:]):.3f} bits/symbol")
+    model.eval()
+    return losses

@@ -1,0 +1,198 @@
+"""The PACE codec (paper 09): frequency tables, bit-exact round trips in every mode, corrupt-stream fuzzing."""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+
+import constriction
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from repro.pace import codec as C
+from repro.pace import model as M
+from repro.pace import octree as O
+
+DEPTH = 6
+W = 16
+
+
+@pytest.fixture(scope="module")
+def cloud() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    ground = rng.uniform(-40, 40, (700, 3)) * [1, 1, 0] + [0, 0, -1.7]
+    wall = rng.uniform(0, 1, (300, 3)) * [0, 20, 5] + [15, -10, -1.7]
+    return np.concatenate([ground, wall])
+
+
+@pytest.fixture(scope="module")
+def models(cloud) -> dict[str, object]:
+    torch.manual_seed(0)
+    tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)), DEPTH)
+    return {"pace": M.PACEModel(d=16, layers=1, heads=2, window=W).eval(),
+            "coupled": M.CoupledCausalModel(d=16, layers=1, heads=2, window=W).eval(),
+            "mlp": M.AncestorMLP(d=16, hidden=32).eval(),
+            "table": M.CountTable().fit(O.octree_contexts(tree))}
+
+
+@settings(max_examples=80, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 5), st.just(255)),
+              elements=st.one_of(st.just(0.0), st.floats(1e-12, 1.0), st.floats(1e-300, 1e-200))))
+def test_freq_tables_sum_to_2_16_with_every_symbol_at_least_1(raw):
+    raw[:, 0] += 1e-3  # a valid pmf needs some mass
+    pmf = raw / raw.sum(1, keepdims=True)
+    freq = C.pmf_to_freq(pmf)
+    assert freq.dtype == np.int64 and (freq >= 1).all() and (freq.sum(1) == 2**16).all()
+    assert np.abs(freq - pmf * (2**16 - 255)).max() <= 256  # only the leftover moved
+
+
+def test_freq_rule_rejects_bad_pmfs():
+    for bad in (np.full((1, 255), np.nan), -np.ones((1, 255)) / 255, np.ones((1, 255)), np.ones((2, 3)) / 3):
+        with pytest.raises(ValueError):
+            C.pmf_to_freq(bad)
+
+
+def test_constriction_round_trip_on_random_tables():
+    rng = np.random.default_rng(0)
+    pmf = rng.dirichlet(np.full(255, 0.05), size=3000)
+    sym = np.array([rng.choice(255, p=p) for p in pmf], dtype=np.int32)
+    freq = C.pmf_to_freq(pmf).astype(np.float64)
+    family = constriction.stream.model.Categorical(perfect=False)
+    coder = constriction.stream.stack.AnsCoder()
+    coder.encode_reverse(sym, family, freq)
+    ce = -np.log2(freq[np.arange(len(sym)), sym] / 2**16).sum()
+    assert coder.num_bits() <= ce * 1.005 + 64
+    back = constriction.stream.stack.AnsCoder(coder.get_compressed()).decode(family, freq)
+    assert np.array_equal(back, sym)
+
+
+@pytest.mark.parametrize("kind,mode", [("pace", "fp"), ("pace", "2s"), ("pace", "4s"), ("pace", "8s"),
+                                       ("pace", "16s"), ("pace", "ar"), ("coupled", "ar"), ("coupled", "ar-kv"),
+                                       ("mlp", "fp"), ("table", "fp")])
+def test_round_trip_is_bit_exact(cloud, models, kind, mode):
+    model = models[kind]
+    enc = C.encode_detailed(cloud, model, DEPTH, mode)
+    grid = O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)
+    q, g = C.decode_quantized(enc.data, model)
+    truth = O.quantize(cloud, grid)
+    assert g == grid
+    assert np.array_equal(q, O.morton_decode(np.unique(O.morton_encode(truth))))
+    assert np.array_equal(C.decode(enc.data, model), O.dequantize(q, grid))
+    assert C.encode(cloud, model, DEPTH, mode) == enc.data  # deterministic
+    assert enc.payload_bits <= enc.bits_model * 1.005 + 64  # ANS sits at the model's cross-entropy
+    assert enc.n_symbols == sum(enc.level_symbols.values()) and enc.n_leaves == len(q)
+    assert enc.bpp == pytest.approx(8 * len(enc.data) / len(cloud))
+
+
+def test_level_slices_round_trip(cloud, models):
+    tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)), DEPTH)
+    tokens, xyz = O.level_context(tree.codes, tree.occupancy, DEPTH - 1)
+    sym = tree.symbols(DEPTH - 1)
+    for kind, mode in (("pace", "ar"), ("coupled", "ar"), ("coupled", "ar-kv"), ("pace", "4s")):
+        words = C.encode_level(models[kind], tokens, xyz, sym, mode)
+        assert np.array_equal(C.decode_level(words, models[kind], tokens, xyz, mode), sym)
+
+
+def test_bad_inputs(cloud, models):
+    with pytest.raises(ValueError):
+        C.encode(np.zeros((0, 3)), models["pace"], DEPTH)
+    with pytest.raises(ValueError):
+        C.encode(cloud, models["pace"], DEPTH, "3x")
+    with pytest.raises(ValueError):
+        C.encode(cloud, models["mlp"], DEPTH, "ar")
+    with pytest.raises(ValueError):
+        C.encode(cloud, object(), DEPTH)
+    with pytest.raises(ValueError, match="outside"):
+        C.encode(cloud * 10, models["table"], DEPTH)
+    with pytest.raises(TypeError):
+        C.decode("not bytes", models["table"])
+
+
+def test_wrong_model_is_refused(cloud, models):
+    data = C.encode(cloud, models["pace"], DEPTH, "ar")
+    with pytest.raises(C.CorruptStream, match="pace model"):
+        C.decode(data, models["mlp"])
+    torch.manual_seed(1)
+    other = M.PACEModel(d=16, layers=1, heads=2, window=W).eval()
+    with pytest.raises(C.CorruptStream, match="fingerprint"):
+        C.decode(data, other)
+
+
+def _reseal(data: bytes, **fields) -> bytes:
+    """Rewrite header fields and recompute the CRC (a crafted stream that passes the checksum)."""
+    names = ["magic", "version", "kind", "mode", "depth", "fp", "ox", "oy", "oz", "size", "n_points", "n_leaves",
+             "n_symbols", "root", "n_words"]
+    values = dict(zip(names, C._HEAD.unpack_from(data), strict=True))
+    values.update(fields)
+    head = C._HEAD.pack(*(values[n] for n in names))
+    payload = data[C.HEADER_BYTES:]
+    return head + struct.pack("<I", zlib.crc32(payload, zlib.crc32(head))) + payload
+
+
+def _rejects(data: bytes, model) -> float:
+    t = time.perf_counter()
+    with pytest.raises(C.CorruptStream):
+        C.decode(data, model)
+    return time.perf_counter() - t
+
+
+def test_fuzzed_corrupt_streams_are_all_rejected_quickly(cloud, models):
+    rng = np.random.default_rng(0)
+    cases = 0
+    worst = 0.0
+    for kind, mode in (("pace", "ar"), ("pace", "4s"), ("table", "fp")):
+        model = models[kind]
+        good = C.encode(cloud, model, DEPTH, mode)
+        n = len(good)
+        for _ in range(40):  # random bit flips anywhere
+            b = bytearray(good)
+            for pos in rng.choice(n, size=rng.integers(1, 4), replace=False):
+                b[pos] ^= 1 << int(rng.integers(8))
+            worst = max(worst, _rejects(bytes(b), model))
+            cases += 1
+        for cut in rng.choice(n, size=20, replace=False):  # truncations
+            worst = max(worst, _rejects(good[:cut], model))
+            cases += 1
+        for extra in range(1, 6):  # trailing garbage
+            worst = max(worst, _rejects(good + rng.bytes(extra), model))
+            cases += 1
+        crafted = [dict(magic=b"PACF"), dict(version=2), dict(kind=9), dict(kind=C.KINDS["mlp"]), dict(depth=0),
+                   dict(depth=40), dict(depth=DEPTH + 1), dict(depth=DEPTH - 1), dict(root=0), dict(root=1),
+                   dict(n_symbols=C.MAX_SYMBOLS + 1), dict(n_symbols=3), dict(n_leaves=0), dict(n_leaves=10**9),
+                   dict(n_points=1), dict(size=float("nan")), dict(size=-5.0), dict(fp=b"\0" * 8),
+                   dict(mode=b"ar\0\0\0\0\0\0" if mode != "ar" else b"2s\0\0\0\0\0\0"), dict(mode=b"\xff" * 8),
+                   dict(mode=b"999s\0\0\0\0"), dict(n_words=0)]
+        for fields in crafted:  # header edits that keep the checksum valid
+            worst = max(worst, _rejects(_reseal(good, **fields), model))
+            cases += 1
+    for _ in range(10):  # noise
+        worst = max(worst, _rejects(rng.bytes(int(rng.integers(0, 200))), models["mlp"]))
+        cases += 1
+    assert cases >= 200
+    assert worst < 5.0
+
+
+def test_resealed_payload_damage_never_hangs(cloud, models):
+    """With a recomputed CRC a damaged payload may decode to another valid-looking tree; the decoder must still
+    finish in bounded time (raise, or return a cloud)."""
+    rng = np.random.default_rng(1)
+    model = models["pace"]
+    good = C.encode(cloud, model, DEPTH, "ar")
+    rejected = 0
+    for _ in range(20):
+        b = bytearray(good)
+        pos = int(rng.integers(C.HEADER_BYTES, len(b)))
+        b[pos] ^= 1 << int(rng.integers(8))
+        b = _reseal(bytes(b))
+        t = time.perf_counter()
+        try:
+            C.decode(b, model)
+        except C.CorruptStream:
+            rejected += 1
+        assert time.perf_counter() - t < 5.0
+    assert rejected >= 15  # the count and end-of-stream checks catch most such damage
