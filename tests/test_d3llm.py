@@ -1,0 +1,375 @@
+"""Tests of ``repro.d3llm`` against independent references: AUP against the paper's leaderboard numbers and a
+hand-written formula, an oracle denoiser, reductions of multi-block decoding to sequential decoding, the KV-cache
+decoder against the no-cache decoder, EOS early stopping, pseudo-trajectory masks worked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from repro import d3llm as D
+from repro.nn import TransformerConfig
+
+TASK = D.ChainTask(n_operands=5, modulus=7, eos_pad=0)
+TASK_EOS = D.ChainTask(n_operands=5, modulus=7, eos_pad=6)
+Y_MAX = 74.98  # best GSM8K-CoT accuracy over all methods of the leaderboard (D2F at TPF 1)
+
+
+# ---------------------------------------------------------------------------------------------- AUP
+
+
+def reference_aup(points, y_max, alpha=3.0):
+    """The AUP definition written out independently: unweighted first rectangle, weighted trapezoids."""
+    pts = sorted(points)
+    w = [min(math.exp(-alpha * (1 - y / y_max)), 1.0) for _, y in pts]
+    area = pts[0][0] * pts[0][1]
+    for i in range(1, len(pts)):
+        area += (pts[i][0] - pts[i - 1][0]) * (pts[i][1] * w[i] + pts[i - 1][1] * w[i - 1]) / 2
+    return area
+
+
+@pytest.mark.parametrize("points, golden", [
+    ([(1.0, 72.55)], 72.55),                                   # LLaDA
+    ([(1.0, 74.79), (2.77, 74.68)], 205.78),                   # Fast-dLLM-LLaDA
+    ([(1.0, 74.98), (2.88, 74.39)], 213.76),                   # D2F
+    ([(1.0, 74.0), (5.14, 72.63)], 358.14),                    # dParallel-LLaDA
+    ([(1.0, 74.02), (9.11, 73.09)], 637.65),                   # d3LLM-LLaDA
+])
+def test_aup_reproduces_the_leaderboard(points, golden):
+    rho, y = zip(*points, strict=True)
+    assert D.aup(rho, y, Y_MAX) == pytest.approx(golden, abs=1e-2)
+    assert D.aup(rho, y, Y_MAX) == pytest.approx(reference_aup(points, Y_MAX), rel=1e-12)
+
+
+def test_aup_basic_properties():
+    assert D.aup([3.0], [50.0], 80.0) == pytest.approx(150.0)
+    assert D.aup_weight(80.0, 80.0) == 1.0 and D.aup_weight(90.0, 80.0) == 1.0
+    assert D.aup_weight(40.0, 80.0) == pytest.approx(math.exp(-1.5))
+    # order of the points does not matter
+    assert D.aup([4.0, 1.0, 2.0], [70.0, 72.0, 71.5], 72.0) == pytest.approx(D.aup([1, 2, 4], [72, 71.5, 70], 72.0))
+    # a point more than 5 below the first is dropped (non-strict) or refused (strict, as the public code)
+    assert D.aup([1, 2, 3], [80, 79, 60], 80, strict=False) == pytest.approx(D.aup([1, 2], [80, 79], 80))
+    with pytest.raises(ValueError, match="drops"):
+        D.aup([1, 2, 3], [80, 79, 60], 80)
+    for bad in (([], [], 1.0), ([1.0], [1.0, 2.0], 1.0), ([0.0], [50.0], 60.0), ([1.0], [0.5 * 300], 60.0)):
+        with pytest.raises(ValueError):
+            D.aup(*bad)
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+
+def test_entropy_of_uniform_and_one_hot():
+    for v in (2, 7, 1000):
+        assert float(D.token_entropy(torch.zeros(v))) == pytest.approx(math.log(v), rel=1e-9)
+    assert D.token_entropy(torch.zeros(3, 5)).dtype == torch.float64
+    assert abs(float(D.token_entropy(torch.tensor([0.0, 80.0, 0.0])))) < 1e-9
+
+
+def test_transfer_rule_always_takes_the_lowest_entropy_candidate():
+    logits = torch.tensor([[[0.0, 0.0, 0.0], [3.0, 0.0, 0.0], [9.0, 0.0, 0.0], [0.0, 5.0, 0.0]]])
+    h = D.token_entropy(logits)[0]
+    cand = torch.tensor([[True, True, False, True]])
+    tokens, accept = D.transfer_rule(logits, cand, threshold=-1.0)  # nothing passes the threshold
+    assert accept.tolist() == [[False, False, False, True]]  # position 2 is the lowest but not a candidate
+    _, accept = D.transfer_rule(logits, cand, threshold=float(h[1]) + 1e-9)
+    assert accept.tolist() == [[False, True, False, True]]
+    assert tokens.tolist() == [[0, 0, 0, 1]]
+    _, none = D.transfer_rule(logits, torch.zeros_like(cand), threshold=10.0)
+    assert not none.any()
+    _, conf = D.transfer_rule(logits, cand, threshold=0.95, rule="confidence")  # p = 0.909, 0.987
+    assert conf.tolist() == [[False, False, False, True]]
+
+
+# ---------------------------------------------------------------------------------------------- decoders
+
+
+def oracle(task: D.ChainTask):
+    """A perfect denoiser: one-hot logits of the true answer, computed from the prompt in the input."""
+    p = task.prompt_len
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        a = x[:, 1:p - 1]
+        s = a.cumsum(1) % task.modulus
+        ans = torch.stack([a[:, 1:], s[:, 1:]], 2).reshape(len(x), -1)
+        ans = torch.cat([ans, torch.full((len(x), task.eos_pad), task.eos_id)], 1)
+        full = torch.cat([x[:, :p], ans], 1)
+        return 30.0 * torch.nn.functional.one_hot(full, task.vocab_size).double()
+
+    return fn
+
+
+def random_denoiser(task: D.ChainTask, shift: bool = True, seed: int = 0) -> D.Denoiser:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=task.vocab_size, max_len=task.prompt_len + task.answer_len, d_model=32,
+                            n_layers=2, n_heads=4)
+    return D.Denoiser(cfg, task.mask_id, shift=shift).eval().double()
+
+
+def problems(task: D.ChainTask, n: int = 6, seed: int = 0):
+    return task.sample(n, torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("block, add, act", [(4, 0.5, 0.5), (4, 0.1, 0.95), (3, 1.0, 1.0), (8, 0.1, 0.95)])
+def test_oracle_decodes_exactly_in_at_most_blocks_plus_one_forwards(block, add, act):
+    prompt, answer = problems(TASK)
+    out = D.decode_multiblock(oracle(TASK), prompt, TASK.answer_len, block, threshold=0.5, mask_id=TASK.mask_id,
+                              block_add_threshold=add, decoded_token_threshold=act)
+    n_blocks = -(-TASK.answer_len // block)
+    assert torch.equal(out.tokens, answer)
+    assert int(out.nfe.max()) <= n_blocks + 1
+    assert out.tpf >= TASK.answer_len / (n_blocks + 1)
+
+
+def test_sequential_thresholds_reduce_to_vanilla_decoding():
+    prompt, _ = problems(TASK, 5)
+    model = random_denoiser(TASK)
+    van = D.decode_vanilla(model, prompt, TASK.answer_len, 4, mask_id=TASK.mask_id, rank="entropy")
+    seq = D.decode_multiblock(model, prompt, TASK.answer_len, 4, threshold=0.0, mask_id=TASK.mask_id,
+                              block_add_threshold=1.0, decoded_token_threshold=1.0)
+    assert torch.equal(seq.tokens, van.tokens) and torch.equal(seq.timeline, van.timeline)
+    assert torch.equal(seq.nfe, van.nfe) and int(seq.nfe[0]) == TASK.answer_len
+    van_c = D.decode_vanilla(model, prompt, TASK.answer_len, 4, mask_id=TASK.mask_id)
+    seq_c = D.decode_multiblock(model, prompt, TASK.answer_len, 4, threshold=2.0, mask_id=TASK.mask_id,
+                                block_add_threshold=1.0, decoded_token_threshold=1.0, rule="confidence")
+    assert torch.equal(seq_c.tokens, van_c.tokens) and torch.equal(seq_c.timeline, van_c.timeline)
+
+
+def test_multiblock_invariants_and_overlapping_blocks():
+    prompt, _ = problems(TASK, 8)
+    model = random_denoiser(TASK)
+    out = D.decode_multiblock(model, prompt, TASK.answer_len, 2, threshold=1.6, mask_id=TASK.mask_id,
+                              block_add_threshold=0.1, decoded_token_threshold=0.95)
+    assert (out.tokens != TASK.mask_id).all()
+    assert ((out.timeline >= 1) & (out.timeline <= out.nfe[:, None])).all()
+    for r in range(len(prompt)):  # every forward decodes at least one token
+        assert set(out.timeline[r].tolist()) == set(range(1, int(out.nfe[r]) + 1))
+    blocks = torch.arange(TASK.answer_len) // 2
+    spans = [{int(blocks[j]) for j in range(TASK.answer_len) if out.timeline[r, j] == t}
+             for r in range(len(prompt)) for t in range(1, int(out.nfe[r]) + 1)]
+    assert any(len(s) >= 2 for s in spans), "no forward decoded tokens of two blocks: not multi-block"
+    # batched decoding = row-by-row decoding
+    one = [D.decode_multiblock(model, prompt[i:i + 1], TASK.answer_len, 2, threshold=1.6, mask_id=TASK.mask_id,
+                               block_add_threshold=0.1, decoded_token_threshold=0.95) for i in range(len(prompt))]
+    assert torch.equal(torch.cat([o.tokens for o in one]), out.tokens)
+    assert torch.equal(torch.cat([o.nfe for o in one]), out.nfe)
+
+
+def test_tpf_grows_with_the_entropy_threshold_on_a_random_model():
+    prompt, _ = problems(TASK, 16)
+    model = random_denoiser(TASK)
+    tpf = [D.decode_multiblock(model, prompt, TASK.answer_len, 4, t, mask_id=TASK.mask_id).tpf
+           for t in (0.0, 1.5, 2.0, 3.0)]
+    # at threshold 0 only the always-accepted and the forced tokens: one or two per forward
+    assert 1.0 <= tpf[0] < 2.0 and tpf[-1] > 3.0
+    assert all(b >= a for a, b in zip(tpf, tpf[1:], strict=False))
+
+
+def test_forced_progress_in_a_stalled_activated_block():
+    """A denoiser that is most certain about a later block: the first active block still advances."""
+    g = TASK.answer_len
+    p = TASK.prompt_len
+
+    def fn(x):
+        logits = torch.zeros(len(x), x.shape[1], TASK.vocab_size, dtype=torch.float64)
+        logits[:, p + g // 2:, 0] = 50.0  # confident about the second half only
+        logits[:, p:p + g // 2, 0] = torch.linspace(0.5, 0.1, g // 2, dtype=torch.float64)
+        return logits
+
+    prompt, _ = problems(TASK, 2)
+    out = D.decode_multiblock(fn, prompt, g, 2, threshold=0.01, mask_id=TASK.mask_id, block_add_threshold=0.0,
+                              decoded_token_threshold=1.0)
+    assert (out.timeline[:, 0] <= 2).all() or (out.timeline[:, 1] <= 2).all()
+    assert (out.tokens != TASK.mask_id).all()
+
+
+@pytest.mark.parametrize("shift", [True, False])
+@pytest.mark.parametrize("delay", [0, 2])
+def test_kv_refresh_every_forward_equals_the_no_cache_decoder(shift, delay):
+    prompt, _ = problems(TASK_EOS, 4)
+    model = random_denoiser(TASK_EOS, shift=shift)
+    kw = dict(mask_id=TASK_EOS.mask_id, block_add_threshold=0.1, decoded_token_threshold=0.95,
+              eos_id=TASK_EOS.eos_id, early_stop=True)
+    ref = [D.decode_multiblock(model, prompt[i:i + 1], TASK_EOS.answer_len, 4, 1.2, **kw) for i in range(4)]
+    got = D.decode_multiblock_kvcache(model, prompt, TASK_EOS.answer_len, 4, 1.2, cache_delay_iter=delay,
+                                      refresh_interval=1, **kw)
+    assert torch.equal(got.tokens, torch.cat([r.tokens for r in ref]))
+    assert torch.equal(got.nfe, torch.cat([r.nfe for r in ref]))
+    assert torch.equal(got.timeline, torch.cat([r.timeline for r in ref]))
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_cached_forward_uses_the_cache_and_matches_full_forward(shift):
+    model = random_denoiser(TASK, shift=shift)
+    prompt, answer = problems(TASK, 2)
+    x = torch.cat([prompt, answer], 1)
+    with torch.no_grad():
+        full, cache_all = model.forward_from(x, 0, None)
+        torch.testing.assert_close(full, model(x), rtol=0, atol=0)
+        for start in (3, TASK.prompt_len, x.shape[1] - 1):
+            part, _ = model.forward_from(x, start, model.prefix_cache(cache_all, start))
+            torch.testing.assert_close(part, full[:, start:], rtol=1e-10, atol=1e-10)
+
+
+def test_kv_cache_decoder_with_an_oracle_and_fewer_positions():
+    """With caching and rare refreshes the oracle still decodes exactly, feeding fewer positions."""
+    prompt, answer = problems(TASK_EOS, 3)
+    fn = oracle(TASK_EOS)
+    model = random_denoiser(TASK_EOS)
+    kw = dict(mask_id=TASK_EOS.mask_id, block_add_threshold=0.1, decoded_token_threshold=0.95)
+    slow = D.decode_multiblock(model, prompt, TASK_EOS.answer_len, 2, 0.3, **kw)
+    fast = D.decode_multiblock_kvcache(model, prompt, TASK_EOS.answer_len, 2, 0.3, cache_delay_iter=1,
+                                       refresh_interval=1000, **kw)
+    assert (fast.tokens != TASK_EOS.mask_id).all()
+    assert int(fast.positions.sum()) < int(slow.positions.sum())
+    assert torch.equal(D.decode_multiblock(fn, prompt, TASK_EOS.answer_len, 2, 0.3, **kw).tokens, answer)
+
+
+def test_early_stop_fills_eos_and_saves_forwards():
+    prompt, answer = problems(TASK_EOS, 4)
+    kw = dict(mask_id=TASK_EOS.mask_id, block_add_threshold=1.0, decoded_token_threshold=1.0)
+    full = D.decode_multiblock(oracle(TASK_EOS), prompt, TASK_EOS.answer_len, 4, 0.5, **kw)
+    stop = D.decode_multiblock(oracle(TASK_EOS), prompt, TASK_EOS.answer_len, 4, 0.5, eos_id=TASK_EOS.eos_id,
+                               early_stop=True, **kw)
+    assert torch.equal(full.tokens, answer) and torch.equal(stop.tokens, answer)
+    assert (full.nfe == 4).all() and (stop.nfe == 3).all()  # the all-EOS fourth block is never run
+    assert stop.filled[:, 12:].all() and not stop.filled[:, :11].any()
+
+
+def test_early_stop_overwrites_everything_after_the_first_eos():
+    g, p, eos = TASK.answer_len, TASK.prompt_len, TASK.eos_id
+
+    def fn(x):
+        logits = torch.zeros(len(x), x.shape[1], TASK.vocab_size, dtype=torch.float64)
+        logits[..., 3] = 20.0
+        logits[:, p + 2, eos] = 40.0  # an EOS at answer position 2
+        return logits
+
+    prompt, _ = problems(TASK, 3)
+    out = D.decode_multiblock(fn, prompt, g, 4, threshold=0.1, mask_id=TASK.mask_id, eos_id=eos, early_stop=True)
+    assert (out.tokens[:, :2] == 3).all() and (out.tokens[:, 2:] == eos).all()
+    assert out.filled[:, 4:].all()
+    no_stop = D.decode_multiblock(fn, prompt, g, 4, threshold=0.1, mask_id=TASK.mask_id)
+    assert (no_stop.tokens[:, 3:] == 3).all() and int(no_stop.nfe[0]) > int(out.nfe[0])
+
+
+def test_decoder_input_errors():
+    prompt, _ = problems(TASK, 2)
+    fn = oracle(TASK)
+    with pytest.raises(ValueError, match="prompt"):
+        D.decode_multiblock(fn, prompt[0], 10, 4, 0.5, mask_id=TASK.mask_id)
+    with pytest.raises(ValueError, match="mask token"):
+        D.decode_vanilla(fn, torch.full((1, 3), TASK.mask_id), 10, 4, mask_id=TASK.mask_id)
+    with pytest.raises(ValueError, match="block_add_threshold"):
+        D.decode_multiblock(fn, prompt, 10, 4, 0.5, mask_id=TASK.mask_id, block_add_threshold=1.5)
+    with pytest.raises(ValueError, match="rule"):
+        D.decode_multiblock(fn, prompt, 10, 4, 0.5, mask_id=TASK.mask_id, rule="margin")
+    with pytest.raises(ValueError, match="refresh_interval"):
+        D.decode_multiblock_kvcache(random_denoiser(TASK), prompt, 10, 4, 0.5, mask_id=TASK.mask_id,
+                                    refresh_interval=0)
+    with pytest.raises(ValueError, match="gen_len"):
+        D.decode_vanilla(fn, prompt, 0, 4, mask_id=TASK.mask_id)
+    with pytest.raises(ValueError, match="bidirectional"):
+        D.Denoiser(TransformerConfig(vocab_size=11, max_len=8, causal=True), mask_id=10)
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def test_task_follows_its_rule():
+    task = D.ChainTask(n_operands=4, modulus=5, eos_pad=2)
+    prompt, answer = task.sample(50, torch.Generator().manual_seed(1))
+    assert prompt.shape == (50, 6) and answer.shape == (50, 8)
+    for pr, an in zip(prompt.tolist(), answer.tolist(), strict=True):
+        a = pr[1:5]
+        assert pr[0] == task.bos_id and pr[-1] == task.eq_id
+        assert an == [a[1], (a[0] + a[1]) % 5, a[2], sum(a[:3]) % 5, a[3], sum(a) % 5, task.eos_id, task.eos_id]
+    assert task.correct(answer, answer).all() and not task.correct((answer + 1) % 5, answer).any()
+    with pytest.raises(ValueError):
+        D.ChainTask(n_operands=1)
+
+
+def test_pseudo_trajectory_mask_by_hand():
+    order = torch.tensor([[3, 1, 4, 2, 5, 8, 6, 7]])
+    s, e = torch.tensor([0]), torch.tensor([4])
+    # after 0 + floor(0.5 * 4) = 2 teacher steps, positions 1 and 3 are decoded
+    assert D.pseudo_trajectory_mask(order, s, e, 0.5).int().tolist() == [[1, 0, 1, 0, 1, 1, 1, 1]]
+    assert D.pseudo_trajectory_mask(order, s, e, 0.0).int().tolist() == [[0, 0, 0, 0, 1, 1, 1, 1]]
+    assert D.pseudo_trajectory_mask(order, s, e, 1.0).int().tolist() == [[1, 1, 1, 1, 1, 1, 1, 1]]
+    # second block at ratio 0.25: state 4 + 3 = 7, only the position decoded 8th stays masked
+    s2, e2 = torch.tensor([4]), torch.tensor([8])
+    assert D.pseudo_trajectory_mask(order, s2, e2, 0.25).int().tolist() == [[0, 0, 0, 0, 0, 1, 0, 0]]
+    with pytest.raises(ValueError):
+        D.pseudo_trajectory_mask(order, s, e, 1.5)
+    with pytest.raises(ValueError):
+        D.pseudo_trajectory_mask(order, e, s, 0.5)
+
+
+def test_d3llm_loss_parts_match_a_direct_computation():
+    model = random_denoiser(TASK)
+    prompt, answer = problems(TASK, 4)
+    order = torch.stack([torch.randperm(TASK.answer_len, generator=torch.Generator().manual_seed(i)) + 1
+                         for i in range(4)])
+    start, end = torch.tensor([0, 2, 4, 6]), torch.tensor([4, 6, 8, 8])
+    loss, parts = D.d3llm_loss(model, prompt, answer, order, start, end, 0.5)
+    assert loss.item() == pytest.approx((parts["ce"] + parts["ce_rev"] + 2 * parts["entropy"]) / 4, rel=1e-10)
+    # direct CE on the masked positions inside the blocks
+    mask = D.pseudo_trajectory_mask(order, start, end, 0.5)
+    x = torch.cat([prompt, torch.where(mask, TASK.mask_id, answer)], 1)
+    with torch.no_grad():
+        logits = model(x)[:, TASK.prompt_len:]
+    pos = torch.arange(TASK.answer_len)
+    inside = (pos >= start[:, None]) & (pos < end[:, None])
+    sel = mask & inside
+    ce = -torch.log_softmax(logits, -1).gather(-1, answer[..., None])[..., 0][sel].mean()
+    assert parts["ce"] == pytest.approx(float(ce), rel=1e-9)
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_curriculum_block_size():
+    sizes = [16, 16, 24, 24, 32, 32]
+    assert D.curriculum_block_size(0.0, sizes) == 16
+    assert D.curriculum_block_size(1.5 / 6, sizes) == 20
+    assert D.curriculum_block_size(5.5 / 6, sizes) == 32
+    assert D.curriculum_block_size(1.0, sizes) == 32
+    with pytest.raises(ValueError):
+        D.curriculum_block_size(0.5, [])
+
+
+def test_autoregressive_mode_does_not_see_the_predicted_token():
+    """Causal mask + shifted logits = next-token prediction: the logits at j ignore tokens j, j+1, ..."""
+    model = random_denoiser(TASK)
+    prompt, answer = problems(TASK, 2)
+    x = torch.cat([prompt, answer], 1)
+    n = x.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    j = TASK.prompt_len + 3
+    y = x.clone()
+    y[:, j:] = (y[:, j:] + 1) % TASK.modulus
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, attn_mask=causal)[:, :j + 1], model(y, attn_mask=causal)[:, :j + 1],
+                                   rtol=0, atol=1e-12)
+        assert (model(x)[:, :j] - model(y)[:, :j]).abs().max() > 1e-6  # bidirectional: it does see them
+    with pytest.raises(ValueError, match="shift"):
+        D.train_autoregressive(random_denoiser(TASK, shift=False), TASK, steps=1, batch=2)
+
+
+def test_training_loops_run_and_lower_the_loss():
+    task = D.ChainTask(n_operands=3, modulus=3)
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=task.vocab_size, max_len=task.prompt_len + task.answer_len, d_model=32,
+                            n_layers=1, n_heads=2)
+    model = D.Denoiser(cfg, task.mask_id)
+    g = torch.Generator().manual_seed(0)
+    ar = D.train_autoregressive(model, task, steps=60, batch=32, lr=3e-3, warmup=5, generator=g)
+    assert sum(ar[-10:]) / 10 < sum(ar[:10]) / 10
+    losses = D.train_diffusion(model, task, steps=120, batch=32, lr=3e-3, warmup=5, generator=g)
+    assert sum(losses[-20:]) / 20 < sum(losses[:20]) / 20
+    prompt, answer = task.sample(32, g)
+    order = D.decode_vanilla(model, prompt, task.answer_len, 2, mask_id=task.mask_id).timeline
+    hist = D.train_d3llm(model, prompt, answer, order, steps=3, batch=8, block_sizes=[2], generator=g)
+    assert len(hist) == 3 and all(math.isfinite(h["loss"]) for h in hist)
+    assert not model.training
