@@ -10,3 +10,5 @@ import tempfile
 os.environ.setdefault("REPRO_RESULTS_DIR", tempfile.mkdtemp(prefix="repro-test-results-"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# No person looks at the notebooks the tests execute: explorers render their static animation, no widget.
+os.environ.setdefault("REPRO_HEADLESS", "1")

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 import yaml
 
-from repro import book
+from repro.tools import book
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

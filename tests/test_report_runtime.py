@@ -1,4 +1,4 @@
-"""repro.report (the results contract) and repro.runtime (mode, device, seeds, threads)."""
+"""repro.report (the results contract) and repro.runtime (mode, device, seeds, threads, the notebook handle)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from repro import report, runtime
+from repro.tools import provenance
 from repro.report import Claim, ClaimFailed, finish
 
 
@@ -22,7 +23,9 @@ def test_unknown_mode_names_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown MODE 'fast'; valid modes are 'quick', 'full'"):
         runtime.check_mode("fast")
     with pytest.raises(ValueError, match="unknown MODE"):
-        runtime.setup("Quick")
+        runtime.setup("99-test", "Quick")
+    with pytest.raises(ValueError, match="slug"):
+        runtime.setup("quick", "quick")
     assert runtime.check_mode("full") == "full"
 
 
@@ -37,9 +40,9 @@ def test_devices():
 
 
 def test_seeds_and_quick_mode_threads():
-    run = runtime.setup("quick", seed=3, device_name="cpu")
+    run = runtime.setup("99-test", "quick", seed=3, device_name="cpu")
     a = (torch.rand(3), run.rng.random())
-    run = runtime.setup("quick", seed=3, device_name="cpu")
+    run = runtime.setup("99-test", "quick", seed=3, device_name="cpu")
     b = (torch.rand(3), run.rng.random())
     assert torch.equal(a[0], b[0]) and a[1] == b[1]
     assert torch.get_num_threads() == 1 and run.quick
@@ -87,9 +90,9 @@ def test_finish_rejects_bad_input(results):
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "r.json"
-    report.write_json_atomic(path, {"a": 1})
+    provenance.write_json_atomic(path, {"a": 1})
     with pytest.raises(TypeError):
-        report.write_json_atomic(path, {"a": object()})
+        provenance.write_json_atomic(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
@@ -97,4 +100,60 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 def test_table_is_rounded_text():
     text = report.claims_markdown([Claim("C1", "a|b", paper=-0.5, measured=-0.50412345, lo=-0.6, hi=-0.4)])
     row = text.splitlines()[2]
-    assert row == "| C1: a\\|b | -0.5 | -0.5041 | [-0.6, -0.4] | yes | **Re** |  |"
+    assert row == "| C1: a\\|b | paper | -0.5 | -0.5041 | [-0.6, -0.4] | yes | **Re** |  |"
+
+
+def test_checks_pass_or_fail_and_are_counted_apart():
+    ok = Claim("K1", "matches the public code", paper="pogo-torch 1.0.2", measured=1e-14, hi=1e-12, kind="check")
+    bad = Claim("K2", "round trip", paper="exact", measured=1.0, hi=0.0, kind="check", asserted=False)
+    assert (ok.verdict, bad.verdict) == ("pass", "fail")
+    with pytest.raises(ValueError, match="kind"):
+        Claim("C1", "x", paper=1, measured=1, hi=2, kind="reproduction")
+    with pytest.raises(ValueError, match="analogue"):
+        Claim("K3", "x", paper=1, measured=1, hi=2, kind="check", analogue=True)
+    paper = Claim("C1", "x", paper=1, measured=1, hi=2, analogue=True)
+    n = report.counts([ok, bad, paper])
+    assert (n["pass"], n["fail"], n["~Re"], n["Re"]) == (1, 1, 1, 0)
+
+
+def test_timing_claims_are_marked_and_sanitised():
+    import configparser
+    import re
+    from pathlib import Path
+
+    fast = Claim("C9", "speed-up", paper=10, measured=3.21, lo=2, timing=True, asserted=False)
+    text = report.claims_markdown([fast])
+    assert f"3.21 {report.TIMING_MARK}" in text and f"**~Re**{report.TIMING_MARK}" not in text
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parent / "nbval_sanitize.cfg")
+    rule = cfg["timing"]
+    slow = Claim("C9", "speed-up", paper=10, measured=1.5, lo=2, timing=True, asserted=False)
+    def masked(t):
+        return re.sub(rule["regex"], rule["replace"], t)
+    assert masked(text) == masked(report.claims_markdown([slow]))  # value and verdict both masked
+    assert masked(text) != masked(report.claims_markdown([Claim("C9", "other", paper=10, measured=3.21, lo=2,
+                                                                timing=True, asserted=False)]))
+
+
+def test_run_config_savefig_and_finish(results):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = runtime.setup("99-test", "quick", seed=0, device_name="cpu")
+    assert run.config(quick={"n": 10, "k": 2}, full={"n": 1000}) == {"n": 10, "k": 2}
+    full = runtime.Run("99-test", "full", 0, torch.device("cpu"), run.rng)
+    assert full.config(quick={"n": 10, "k": 2}, full={"n": 1000}) == {"n": 1000, "k": 2}
+    with pytest.raises(KeyError, match="no quick-mode default"):
+        run.config(quick={"n": 10}, full={"m": 1})
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    assert run.savefig(fig, "line") == results / "figures" / "99-test" / "line.png"
+    assert (results / "figures" / "99-test" / "line.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="plain file stem"):
+        run.savefig(fig, "../up")
+    plt.close(fig)
+    rec = run.finish([Claim("C1", "x", paper=1, measured=1, hi=2)], {"m": 1}, display=False)
+    on_disk = json.loads((results / "99-test.json").read_text())
+    assert on_disk["slug"] == "99-test" and rec["runtime_s"] >= 0 and on_disk["metrics"] == {"m": 1}

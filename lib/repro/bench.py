@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import report
+from .tools import paths, provenance
 
 
 def _sync(device: torch.device | str | None) -> None:
@@ -75,9 +75,9 @@ def publish(name: str, rows: list[Row], baseline: str, notes: dict[str, Any] | N
             extra = "  ".join(f"{k}={v:.3g}" for k, v in d["extra"].items())
             print(f"  {d['method']:<{width}}  {d['seconds'] * 1e3:10.3f} ms{ratio}  {extra}")
     record = {"benchmark": name, "baseline": baseline, "rows": table, "notes": notes or {},
-              "hardware": report.hardware(), "versions": report.versions(), "git": report.git_revision(),
+              "hardware": provenance.hardware(), "versions": provenance.versions(), "git": provenance.git_revision(),
               "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    out = report.results_dir() / f"bench-{name}.json"
-    report.write_json_atomic(out, record)
+    out = paths.results_dir() / f"bench-{name}.json"
+    provenance.write_json_atomic(out, record)
     print(f"\nwritten: {out}")
     return record

@@ -1,17 +1,21 @@
-"""The book's house style for figures, and :func:`savefig`.
+"""The book's house style for figures, and the one explorer of every notebook.
 
 One palette and one set of rcParams for all nineteen notebooks; the paper's reported values are drawn with
 :data:`PAPER` (black open markers) so that a reader always knows which points are the paper's.
+:func:`explorer` is the notebooks' interactive landscape: a slider widget when a person runs the notebook, a
+static animation when the notebook is executed headless (the runner, the tests), which is what the book shows.
+Figures are saved with ``run.savefig`` (:class:`repro.runtime.Run`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
-
-from .report import results_dir
+import numpy as np
 
 PALETTE = ("#1b6ca8", "#d1495b", "#edae49", "#66a182", "#8d6a9f", "#2e4057", "#f28f3b", "#7f7f7f")
 PAPER = {"color": "black", "marker": "o", "markerfacecolor": "none", "linestyle": "none", "label": "paper"}
@@ -35,18 +39,81 @@ STYLE = {
     "svg.hashsalt": "repro",
 }
 
+HEADLESS_ENV = "REPRO_HEADLESS"  # set by the batch runner and the tests: no frontend, render the animation
+EXPLORER_DPI = 72  # one frame/dpi policy keeps an explorer's animation well under 1 MB
+EXPLORER_MAX_FRAMES = 12
+
 
 def use_style() -> None:
     """Apply the house style to matplotlib (idempotent)."""
     mpl.rcParams.update(STYLE)
 
 
-def savefig(fig: plt.Figure, slug: str, name: str) -> Path:
-    """Save ``fig`` as ``results/figures/<slug>/<name>.png`` (for readers who want the files) and return the
-    path. The figure is still shown inline by the notebook; the book renders that inline copy."""
-    if not name or "/" in name:
-        raise ValueError(f"figure name must be a plain file stem, got {name!r}")
-    out = results_dir() / "figures" / slug / f"{name}.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, metadata={"Software": None})
+def headless() -> bool:
+    """True when no person is looking at a live frontend (``$REPRO_HEADLESS`` set, as the runner and tests do)."""
+    return os.environ.get(HEADLESS_ENV, "") not in ("", "0")
+
+
+def _frames(frames: Sequence[Mapping[str, Any]] | None, sliders: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """Complete each frame with the other sliders' first values; default: walk the first slider."""
+    first = {k: v[0] for k, v in sliders.items()}
+    if frames is None:
+        name = next(iter(sliders))
+        frames = [{name: v} for v in sliders[name]]
+    out = []
+    for f in frames:
+        unknown = sorted(set(f) - set(sliders))
+        if unknown:
+            raise ValueError(f"explorer frame names {unknown}, which are not sliders ({sorted(sliders)})")
+        out.append({**first, **f})
+    if not out or len(out) > EXPLORER_MAX_FRAMES:
+        raise ValueError(f"explorer needs 1 to {EXPLORER_MAX_FRAMES} frames, got {len(out)}")
     return out
+
+
+def _draw_into(draw: Callable[..., None], axes: Any, values: Mapping[str, Any]) -> None:
+    for ax in np.atleast_1d(axes).flat:
+        ax.clear()
+    draw(axes, **values)
+
+
+def explorer(draw: Callable[..., None], frames: Sequence[Mapping[str, Any]] | None = None, *,
+             nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (10.0, 3.4),
+             interval_ms: int = 1200, **sliders: Sequence[Any]) -> None:
+    """Explore a landscape: ``draw(axes, **values)`` draws one setting into freshly cleared axes (``axes`` as
+    ``plt.subplots(nrows, ncols)`` returns them); each keyword names a slider and its values.
+
+    With a live frontend this shows one selection slider per keyword. Executed headless (:func:`headless`), it
+    shows a static animation over ``frames`` (dicts of slider values; default: every value of the first slider,
+    the others at their first value), at most :data:`EXPLORER_MAX_FRAMES` frames at :data:`EXPLORER_DPI`. No
+    widget is created headless, so nothing waits on a frontend that is not there.
+    """
+    if not sliders:
+        raise ValueError("explorer needs at least one slider, e.g. threshold=[0.1, 0.3]")
+    sliders = {k: list(v) for k, v in sliders.items()}
+    empty = [k for k, v in sliders.items() if not v]
+    if empty:
+        raise ValueError(f"explorer sliders without values: {empty}")
+    frame_list = _frames(frames, sliders)
+    from IPython.display import HTML, display
+
+    if not headless():
+        import ipywidgets as widgets
+
+        def live(**values: Any) -> None:
+            fig, axes = plt.subplots(nrows, ncols, figsize=figsize)
+            _draw_into(draw, axes, values)
+            plt.show()
+
+        controls = {k: widgets.SelectionSlider(options=v, value=v[0], description=k) for k, v in sliders.items()}
+        widgets.interact(live, **controls)
+        return
+    from matplotlib import animation
+
+    with plt.rc_context({"savefig.dpi": EXPLORER_DPI, "savefig.bbox": None, "figure.dpi": EXPLORER_DPI}):
+        fig, axes = plt.subplots(nrows, ncols, figsize=figsize)
+        anim = animation.FuncAnimation(fig, lambda i: _draw_into(draw, axes, frame_list[i]),
+                                       frames=len(frame_list), interval=interval_ms)
+        html = anim.to_jshtml(default_mode="once")
+        plt.close(fig)
+    display(HTML(html))

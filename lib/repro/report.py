@@ -1,33 +1,33 @@
-"""The results contract: every notebook ends with :func:`finish`.
+"""The results contract: every notebook ends with ``run.finish(claims, metrics)`` (:func:`finish`).
 
 ``finish`` turns the notebook's claims into verdicts, writes ``results/NN-slug.json`` atomically, shows the
 paper-vs-reproduced table and raises :class:`ClaimFailed` when a claim marked ``asserted`` does not hold, so
-executing a notebook is a test of its claims. Verdicts:
+executing a notebook is a test of its claims. A :class:`Claim` is one of two kinds:
 
-* ``Re``: the claim holds in our setting, which matches the paper's;
-* ``~Re``: it holds on a smaller or different analogue (``Claim(analogue=True)``; the notebook says what differs);
-* ``not Re``: it does not hold at our scale (the claim's ``note`` says why). A claim is never loosened until it passes.
+* ``kind="paper"``: a statement of the paper. Verdicts: ``Re`` (holds in our setting, which matches the
+  paper's), ``~Re`` (holds on a smaller or different analogue: ``analogue=True``, the notebook says what
+  differs), ``not Re`` (does not hold at our scale; the ``note`` says why). Never loosened until it passes.
+* ``kind="check"``: our implementation against a reference (public code, an exact identity, a round trip).
+  Verdicts: ``pass`` / ``fail``. A check is not a reproduction and is counted apart.
+
+``timing=True`` marks a claim whose number depends on the machine (wall time, speed ratios): it is kept in the
+JSON with its value and shown with :data:`TIMING_MARK` in the table, which the notebook tests' sanitizer masks.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import platform
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from . import runtime
+from .tools import paths, provenance
 
+KINDS = ("paper", "check")
 VERDICTS = ("Re", "~Re", "not Re")
-RESULTS_ENV = "REPRO_RESULTS_DIR"
-_PACKAGES = ("torch", "numpy", "scipy", "pandas", "matplotlib", "icml26-repro")
+CHECK_VERDICTS = ("pass", "fail")
+TIMING_MARK = "⏱"
+RESULTS_ENV = paths.RESULTS_ENV
 
 
 class ClaimFailed(AssertionError):
@@ -36,10 +36,11 @@ class ClaimFailed(AssertionError):
 
 @dataclass
 class Claim:
-    """One claim of a paper, checked against an acceptance interval ``[lo, hi]`` on ``measured``.
+    """One claim, checked against an acceptance interval ``[lo, hi]`` on ``measured``.
 
-    ``paper`` is the paper's value (a number, or words when the paper states no number); ``tolerance`` is
-    the human-readable acceptance rule (derived from ``lo``/``hi`` when omitted).
+    ``paper`` holds only what the paper or its public code says (a number, or words when it states none);
+    for a check, the reference we compare against. ``tolerance`` is the human-readable acceptance rule (derived
+    from ``lo``/``hi`` when omitted); where a threshold was set after seeing data, ``note`` says so.
     """
 
     id: str
@@ -52,10 +53,16 @@ class Claim:
     asserted: bool = True
     analogue: bool = False
     note: str = ""
+    kind: str = "paper"
+    timing: bool = False
     holds: bool = field(init=False, default=False)
     verdict: str = field(init=False, default="not Re")
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.id}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind == "check" and self.analogue:
+            raise ValueError(f"claim {self.id}: a check has no analogue; it passes or fails")
         if self.lo is None and self.hi is None:
             raise ValueError(f"claim {self.id}: give at least one of lo / hi")
         self.measured = float(self.measured)
@@ -65,7 +72,10 @@ class Claim:
         ok = ok and (self.lo is None or self.measured >= self.lo)
         ok = ok and (self.hi is None or self.measured <= self.hi)
         self.holds = bool(ok)
-        self.verdict = ("~Re" if self.analogue else "Re") if ok else "not Re"
+        if self.kind == "check":
+            self.verdict = "pass" if ok else "fail"
+        else:
+            self.verdict = ("~Re" if self.analogue else "Re") if ok else "not Re"
 
 
 def _interval_text(lo: float | None, hi: float | None) -> str:
@@ -87,85 +97,13 @@ def fmt(x: Any) -> str:
     return f"{float(x):.4g}"
 
 
-def project_root(start: Path | None = None) -> Path | None:
-    """The book's root (the folder holding ``book/papers.yml`` and ``lib/repro``), searching upwards; ``None``
-    if this process does not run inside a checkout (e.g. on Colab after a plain pip install)."""
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "book" / "papers.yml").exists() and (d / "lib" / "repro").is_dir():
-            return d
-    return None
-
-
-def results_dir() -> Path:
-    """Where results go: ``$REPRO_RESULTS_DIR``, else ``<root>/results``, else ``./results``."""
-    if os.environ.get(RESULTS_ENV):
-        return Path(os.environ[RESULTS_ENV])
-    root = project_root()
-    return (root / "results") if root else Path.cwd() / "results"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file and ``os.replace``: readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write ``payload`` as indented JSON, atomically (see :func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(payload, indent=2, default=_jsonable) + "\n")
-
-
-def _jsonable(x: Any) -> Any:
-    if hasattr(x, "tolist"):  # numpy arrays and scalars, torch tensors
-        return x.tolist()
-    if isinstance(x, Path):
-        return str(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-def git_revision(root: Path | None = None) -> str | None:
-    """``git describe``-style revision of the checkout (with ``-dirty``), or ``None`` outside git."""
-    try:
-        out = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
-            cwd=root or project_root() or Path.cwd(), capture_output=True, text=True, timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
-
-
-def versions(packages: Iterable[str] = _PACKAGES) -> dict[str, str]:
-    """Installed versions of the packages that shape the numbers (and Python)."""
-    found = {"python": platform.python_version()}
-    for name in packages:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def hardware() -> dict[str, Any]:
-    """The machine in a few fields: OS, CPU, core count, torch threads and the GPU if any."""
-    info: dict[str, Any] = {
-        "platform": platform.platform(terse=True),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-    }
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        info["torch_threads"] = torch.get_num_threads()
-        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return info
+def counts(claims: Iterable[Claim | Mapping[str, Any]]) -> dict[str, int]:
+    """How many paper claims got each verdict, and how many checks passed / failed."""
+    ds = [asdict(c) if isinstance(c, Claim) else c for c in claims]
+    out = {v: 0 for v in (*VERDICTS, *CHECK_VERDICTS)}
+    for d in ds:
+        out[d["verdict"]] += 1
+    return out
 
 
 def finish(
@@ -175,11 +113,15 @@ def finish(
     seed: int,
     claims: list[Claim],
     metrics: Mapping[str, Any] | None = None,
+    packages: Iterable[str] = (),
+    elapsed: float | None = None,
     display: bool = True,
 ) -> dict[str, Any]:
     """Write ``results/<slug>.json`` (full mode: ``results/full/<slug>.json``), show the claims table and
-    raise :class:`ClaimFailed` if an asserted claim does not hold. Returns the written record."""
-    runtime.check_mode(mode)
+    raise :class:`ClaimFailed` if an asserted claim does not hold. Returns the written record.
+    Notebooks call it through ``run.finish`` (:class:`repro.runtime.Run`), which fills in everything but the
+    claims and metrics."""
+    paths.check_mode(mode)
     if not claims:
         raise ValueError("finish() needs at least one claim")
     ids = [c.id for c in claims]
@@ -191,13 +133,13 @@ def finish(
         "seed": seed,
         "claims": [asdict(c) for c in claims],
         "metrics": dict(metrics or {}),
-        "runtime_s": runtime.elapsed(),
-        "hardware": hardware(),
-        "versions": versions(),
-        "git": git_revision(),
+        "runtime_s": elapsed,
+        "hardware": provenance.hardware(),
+        "versions": provenance.versions(packages),
+        "git": provenance.git_revision(),
     }
-    out = results_dir() / ("" if mode == "quick" else mode) / f"{slug}.json"
-    write_json_atomic(out, record)
+    out = paths.results_file(slug, mode)
+    provenance.write_json_atomic(out, record)
     if display:
         show(claims)
     failed = [c for c in claims if c.asserted and not c.holds]
@@ -207,14 +149,23 @@ def finish(
     return record
 
 
-def claims_markdown(claims: list[Claim] | list[dict[str, Any]]) -> str:
-    """The paper-vs-reproduced table in Markdown (the notebook's last output and the book's results page)."""
-    rows = ["| claim | paper | ours | tolerance | asserted | verdict | note |", "|---|---|---|---|---|---|---|"]
+def claims_markdown(claims: Iterable[Claim | Mapping[str, Any]]) -> str:
+    """The paper-vs-reproduced table in Markdown (the notebook's last output and the book's results page).
+    Timing claims carry :data:`TIMING_MARK` on their value and verdict (machine-dependent)."""
+    rows = ["| claim | kind | paper | ours | tolerance | asserted | verdict | note |",
+            "|---|---|---|---|---|---|---|---|"]
+    timing = False
     for c in claims:
-        d = asdict(c) if isinstance(c, Claim) else c
-        cells = [f"{d['id']}: {d['text']}", fmt(d["paper"]), fmt(d["measured"]), d["tolerance"],
-                 "yes" if d["asserted"] else "reported", f"**{d['verdict']}**", d.get("note", "")]
-        rows.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
+        d = asdict(c) if isinstance(c, Claim) else dict(c)
+        mark = f" {TIMING_MARK}" if d.get("timing") else ""
+        timing = timing or bool(mark)
+        cells = [f"{d['id']}: {d['text']}", d.get("kind", "paper"), fmt(d["paper"]), fmt(d["measured"]) + mark,
+                 d["tolerance"], "yes" if d["asserted"] else "reported", f"**{d['verdict']}**{mark}",
+                 d.get("note", "")]
+        rows.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    if timing:
+        rows.append(f"\n{TIMING_MARK} machine-dependent (a timing): the value is this run's, kept in the results "
+                    "file; the notebook tests do not compare it.")
     return "\n".join(rows)
 
 

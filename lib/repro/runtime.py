@@ -1,31 +1,38 @@
-"""Run-time settings shared by every notebook: mode, seed, device, threads and timing.
+"""Run-time settings shared by every notebook: mode, seed, device, threads, timing, and the notebook's handle.
 
-A notebook's parameters cell sets ``MODE``, ``SEED`` and ``DEVICE``; the next cell calls
-:func:`setup`, which validates them, seeds every generator, pins threads in quick mode and starts the
-clock that :func:`repro.report.finish` reads.
+A notebook's parameters cell sets ``MODE``, ``SEED`` and ``DEVICE``; the next cell calls ::
+
+    run = runtime.setup("05-linear-contracts", MODE, SEED, DEVICE)
+    CFG = run.config(quick=dict(n=2000, seeds=1), full=dict(n=100_000))
+
+which validates them, seeds every generator, pins threads in quick mode and starts the clock. The returned
+:class:`Run` knows the notebook, so figures and results need nothing repeated: ``run.savefig(fig, "rates")``,
+``run.finish(claims, metrics)``.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-MODES = ("quick", "full")
+from .tools import paths, registry
+from .tools.paths import MODES, check_mode
+
+__all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "seed_everything", "setup"]
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
+SLUG_RE = re.compile(r"^\d\d-[a-z0-9-]+$")
 
 _clock: dict[str, float] = {}
-
-
-def check_mode(mode: str) -> str:
-    """Return ``mode`` if it is one of :data:`MODES`, else raise a ``ValueError`` naming the valid ones."""
-    if mode not in MODES:
-        raise ValueError(f"unknown MODE {mode!r}; valid modes are {', '.join(map(repr, MODES))}")
-    return mode
 
 
 def device(name: str = "auto") -> torch.device:
@@ -65,24 +72,56 @@ def pin_threads(n: int = 1) -> None:
 
 @dataclass(frozen=True)
 class Run:
-    """What :func:`setup` resolved: the validated mode, the seed, the torch device and a NumPy RNG."""
+    """One notebook run, as :func:`setup` resolved it: which notebook, the validated mode, the seed, the torch
+    device and a NumPy RNG; saves the notebook's figures and writes its results."""
 
+    slug: str
     mode: str
     seed: int
     device: torch.device
     rng: np.random.Generator
+    packages: tuple[str, ...] = field(default=())
 
     @property
     def quick(self) -> bool:
         return self.mode == "quick"
 
+    def config(self, quick: Mapping[str, Any], full: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The quick settings, with ``full``'s overrides applied in full mode. ``full`` may only change keys that
+        ``quick`` has, so a typo cannot add a setting that quick mode never uses."""
+        full = dict(full or {})
+        unknown = sorted(set(full) - set(quick))
+        if unknown:
+            raise KeyError(f"full-mode settings {unknown} have no quick-mode default")
+        return {**quick, **full} if self.mode == "full" else dict(quick)
 
-def setup(mode: str, seed: int = 0, device_name: str = "auto") -> Run:
+    def savefig(self, fig: Any, name: str) -> Path:
+        """Save ``fig`` as ``results/figures/<slug>/<name>.png`` (for readers who want the files); the notebook
+        still shows it inline, and the book renders that inline copy."""
+        out = paths.figure_file(self.slug, name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, metadata={"Software": None})
+        return out
+
+    def finish(self, claims: list[Any], metrics: Mapping[str, Any] | None = None,
+               display: bool = True) -> dict[str, Any]:
+        """Verdicts, ``results/<slug>.json`` and the claims table (:func:`repro.report.finish`); raises
+        :class:`repro.report.ClaimFailed` if an asserted claim does not hold."""
+        from . import report
+
+        return report.finish(self.slug, mode=self.mode, seed=self.seed, claims=claims, metrics=metrics,
+                             packages=self.packages, elapsed=elapsed(), display=display)
+
+
+def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run:
     """Validate the notebook parameters, seed everything, pin threads in quick mode, start the clock.
 
-    Quick mode is the CI configuration: one thread and deterministic algorithms on CPU, so two runs give
-    identical numbers. Full mode keeps torch's default threading.
+    ``slug`` is the notebook's ``NN-name`` (its file stem). Quick mode is the CI configuration: one thread and
+    deterministic algorithms on CPU, so two runs give identical numbers. Full mode keeps torch's default
+    threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are recorded with the results.
     """
+    if not isinstance(slug, str) or not SLUG_RE.match(slug):
+        raise ValueError(f"setup() takes the notebook's slug 'NN-name' first, got {slug!r}")
     check_mode(mode)
     dev = device(device_name)
     if mode == "quick":
@@ -90,8 +129,9 @@ def setup(mode: str, seed: int = 0, device_name: str = "auto") -> Run:
         if dev.type == "cpu":
             torch.use_deterministic_algorithms(True)
     rng = seed_everything(seed)
+    entry = registry.find(slug)
     start_clock()
-    return Run(mode=mode, seed=seed, device=dev, rng=rng)
+    return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())
 
 
 def start_clock() -> None:

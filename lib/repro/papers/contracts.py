@@ -324,11 +324,3 @@ def two_point_population(eta: float, *, device: torch.device | str = "cpu",
     c = torch.tensor([[0.0, 0.25], [0.0, 0.75]], dtype=dtype, device=device)
     probs = torch.tensor([1 / 3 + eta, 2 / 3 - eta], dtype=dtype, device=device)
     return Population(R=R, c=c, probs=probs)
-
-
-def fit_loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of ``log y`` on ``log x`` (the rate exponent)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or len(x) < 2 or (x <= 0).any() or (y <= 0).any():
-        raise ValueError("need at least two positive (x, y) pairs of equal length")
-    return float(np.polyfit(np.log(x), np.log(y), 1)[0])

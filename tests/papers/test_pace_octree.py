@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from repro.pace import octree as O
+from repro.papers.pace import octree as O
 
 
 def morton_loop(x: int, y: int, z: int, bits: int) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from repro import batch
+from repro.tools import batch
 
 PARAMS = 'MODE = "quick"\nSEED = 0\nDEVICE = "auto"'
 FINISH = (

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from repro.pace import model as M
-from repro.pace import octree as O
+from repro.papers.pace import model as M
+from repro.papers.pace import octree as O
 
 W = 16
 

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from repro import bench
-from repro.pace import codec as C
-from repro.pace import lidar as L
-from repro.pace import model as M
-from repro.pace import octree as O
+from repro.papers.pace import codec as C
+from repro.papers.pace import lidar as L
+from repro.papers.pace import model as M
+from repro.papers.pace import octree as O
 
 DEPTHS = (9, 10)
 TRAIN_DEPTH = 10

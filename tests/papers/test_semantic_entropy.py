@@ -11,7 +11,7 @@ import torch
 from scipy import stats
 from scipy.special import logsumexp
 
-from repro import semantic_entropy as se
+from repro.papers import semantic_entropy as se
 
 VP, VE = se.VP(), se.VE()
 

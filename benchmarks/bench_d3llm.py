@@ -26,8 +26,8 @@ from collections.abc import Callable
 import torch
 
 from repro import bench
-from repro import d3llm as D
-from repro.nn import TransformerConfig
+from repro.common.nn import TransformerConfig
+from repro.papers import d3llm as D
 
 TASK = D.ChainTask(n_operands=6, modulus=7, eos_pad=2)
 BLOCK = 4

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.nn import KVCache, Transformer, TransformerConfig, apply_rotary, cosine_schedule, rotary_tables
+from repro.common.nn import KVCache, Transformer, TransformerConfig, apply_rotary, cosine_schedule, rotary_tables
 
 
 def model(causal: bool, positions: str = "learned", seed: int = 0, **kw) -> Transformer:

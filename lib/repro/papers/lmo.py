@@ -2,7 +2,7 @@
 
 Paper: E. Shulgin, M. Awad, P. Richtárik, E. Gorbunov, "General Analysis of LMO-based Optimizers: Beyond Bounded
 Variance", ICML 2026. Notebook: ``notebooks/01-lmo-momentum-abc.ipynb``. The Newton–Schulz iteration is also
-POGO's Muon base (paper 19), which imports :func:`newton_schulz5` and :data:`NS5_COEFFS` from here.
+POGO's Muon base (paper 19); both use :mod:`repro.common.linalg`.
 
 The method family (one step, paper's convention)::
 
@@ -49,36 +49,9 @@ import numpy as np
 import torch
 from torch.optim import Optimizer
 
+from ..common.linalg import newton_schulz5, polar
+
 Tensor = torch.Tensor
-
-NS5_COEFFS = (3.4445, -4.7750, 2.0315)
-
-
-def newton_schulz5(G: torch.Tensor, steps: int = 5, coeffs: tuple[float, float, float] = NS5_COEFFS,
-                   eps: float = 1e-7, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Approximate polar factor ``U Vᵀ`` of ``G`` (shape ``(..., m, n)``, batched) by Muon's quintic
-    Newton–Schulz iteration. Works on tall and wide matrices (tall ones are transposed internally).
-
-    ``dtype`` is the working precision (e.g. ``torch.bfloat16`` on CUDA, as Muon does); the result is returned
-    in ``G``'s dtype.
-    """
-    if G.ndim < 2:
-        raise ValueError(f"newton_schulz5 needs a matrix (or a batch of them), got shape {tuple(G.shape)}")
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
-    a, b, c = coeffs
-    X = G.to(dtype or G.dtype)
-    tall = X.shape[-2] > X.shape[-1]
-    if tall:
-        X = X.mT
-    X = X / (torch.linalg.matrix_norm(X, keepdim=True) + eps)
-    for _ in range(steps):
-        A = X @ X.mT
-        X = a * X + (b * A + c * A @ A) @ X
-    if tall:
-        X = X.mT
-    return X.to(G.dtype)
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Linear minimization oracles. ``batch_dims`` leading dimensions index independent problems (configurations);
@@ -122,8 +95,7 @@ def lmo_spectral(m: Tensor, batch_dims: int = 0, method: str = "svd", steps: int
     """
     _check_batch_dims(m, batch_dims, need_matrix=True)
     if method == "svd":
-        U, _, Vh = torch.linalg.svd(m, full_matrices=False)
-        return -(U @ Vh)
+        return -polar(m)
     if method == "ns5":
         if ns_dtype == "auto":
             ns_dtype = torch.bfloat16 if m.device.type == "cuda" else None
@@ -601,14 +573,6 @@ def alpha_hat(res: GridResult, temperature: float, per_seed: bool = False) -> np
     jj = np.broadcast_to(j[:, None, :, None], fin.shape[:3] + (1,))
     per = np.take_along_axis(fin, jj, -1)[..., 0]                     # (τ, seed, α)
     return 2.0 ** soft_argmin(per, log_a, temperature).T
-
-
-def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of ``log y`` on ``log x``."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or x.size < 2 or (x <= 0).any() or (y <= 0).any():
-        raise ValueError("need two or more positive (x, y) pairs of equal shape")
-    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
 
 
 def samples_to_target(res: GridResult, log10_target: float) -> np.ndarray:

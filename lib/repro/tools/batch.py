@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import report, runtime
+from . import paths, provenance
 
 NOTEBOOK_RE = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 
@@ -120,13 +120,13 @@ def _tidy_executed(path: Path, notebook: Path, root: Path) -> None:
 
 def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float | None = None) -> Outcome:
     """Execute one notebook with papermill; replace it (quick) or write ``results/full/`` (full) on success."""
-    runtime.check_mode(mode)
+    paths.check_mode(mode)
     results = root / "results"
     tmp_dir, logs = results / ".tmp", results / "logs"
     tmp_dir.mkdir(parents=True, exist_ok=True)
     tmp = tmp_dir / f"{notebook.stem}.{os.getpid()}.{threading.get_ident()}.ipynb"
     target = notebook if mode == "quick" else results / mode / notebook.name
-    env = {**os.environ, report.RESULTS_ENV: str(results), "PYTHONHASHSEED": "0"}
+    env = {**os.environ, paths.RESULTS_ENV: str(results), "PYTHONHASHSEED": "0", "REPRO_HEADLESS": "1"}
     if mode == "quick":
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "papermill", str(notebook), str(tmp), "-p", "MODE", mode, "-p", "SEED",
@@ -184,8 +184,8 @@ class Manifest:
         import fcntl
 
         entry = {k: v for k, v in asdict(outcome).items() if v is not None}
-        entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git=report.git_revision(self.root),
-                     versions=report.versions(), hardware=_hardware())
+        entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git=provenance.git_revision(self.root),
+                     versions=provenance.versions(), hardware=_hardware())
         key = outcome.notebook if outcome.mode == "quick" else f"{outcome.notebook} ({outcome.mode})"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock, open(self.path.parent / ".manifest.lock", "w") as lock:
@@ -193,12 +193,12 @@ class Manifest:
             data = self._load()
             data["notebooks"][key] = entry
             data["notebooks"] = dict(sorted(data["notebooks"].items()))
-            report.write_json_atomic(self.path, data)
+            provenance.write_json_atomic(self.path, data)
 
 
 def _hardware() -> dict[str, Any]:
     """The runner's machine; notebook kernels record their own (with torch threads) in their results."""
-    info = report.hardware()
+    info = provenance.hardware()
     info.pop("torch_threads", None)
     try:
         import torch
@@ -213,7 +213,7 @@ def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: in
         timeout: float | None = None, seed: int = 0, progress: bool = True) -> list[Outcome]:
     """Execute the selected notebooks (``jobs`` at a time), keep going past failures, record each in the
     manifest. Returns the outcomes in notebook order."""
-    runtime.check_mode(mode)
+    paths.check_mode(mode)
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if timeout is not None and timeout <= 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.pace import metrics as X
+from repro.papers.pace import metrics as X
 
 
 def test_d1_on_a_three_point_example():

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from repro import gbi
+from repro.papers import gbi
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .nn import KVCache, Transformer, TransformerConfig, cosine_schedule
+from ..common.nn import KVCache, Transformer, TransformerConfig, cosine_schedule
 
 Tensor = torch.Tensor
 ModelFn = Callable[[Tensor], Tensor]

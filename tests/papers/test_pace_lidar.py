@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.pace import lidar as L
+from repro.papers.pace import lidar as L
 
 EMPTY = dict(boxes=np.zeros((0, 6)), cylinders=np.zeros((0, 5)), spheres=np.zeros((0, 4)))
 NO_GROUND = np.array([-1e9, 0.0, 0.0])  # a ground plane far below: never the first hit

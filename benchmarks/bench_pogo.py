@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from repro import bench
-from repro import pogo as P
+from repro.papers import pogo as P
 
 CASES = [(1000, 16, 16), (100, 64, 64), (1, 512, 1024), (10000, 16, 16)]
 METHODS = ["POGO", "pogo-torch", "Landing", "geoopt-QR", "geoopt-Cayley"]

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from repro import d3llm as D
-from repro.nn import TransformerConfig
+from repro.common.nn import TransformerConfig
+from repro.papers import d3llm as D
 
 TASK = D.ChainTask(n_operands=5, modulus=7, eos_pad=0)
 TASK_EOS = D.ChainTask(n_operands=5, modulus=7, eos_pad=6)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from repro import contracts as C
+from repro.papers import contracts as C
 
 
 def brute_reward(R: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from repro.pace import codec as C
-from repro.pace import model as M
-from repro.pace import octree as O
+from repro.papers.pace import codec as C
+from repro.papers.pace import model as M
+from repro.papers.pace import octree as O
 
 DEPTH = 6
 W = 16

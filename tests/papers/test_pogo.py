@@ -11,8 +11,8 @@ import pytest
 import torch
 from scipy.linalg import polar
 
-from repro import pogo as P
-from repro.lmo import newton_schulz5
+from repro.common.linalg import newton_schulz5
+from repro.papers import pogo as P
 
 F64 = torch.float64
 

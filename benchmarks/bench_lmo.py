@@ -18,7 +18,7 @@ import argparse
 import torch
 
 from repro.bench import Row, publish, time_call
-from repro.lmo import newton_schulz5
+from repro.common.linalg import newton_schulz5
 
 # (case name, batch shape + matrix shape, repeats); the big ones are timed fewer times to keep the CPU run short
 CASES = [

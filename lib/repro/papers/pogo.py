@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from .lmo import newton_schulz5
+from ..common.linalg import newton_schulz5, polar
 
 Tensor = torch.Tensor
 
@@ -100,8 +100,7 @@ def polar_factor(X: Tensor) -> Tensor:
     """The orthonormal polar factor ``U Vᵀ`` of each matrix (``X = U S Vᵀ``, thin SVD): the closest point of the
     Stiefel manifold in Frobenius norm. Used by the "Adam + SVD projection" baseline and as a reference."""
     _check_matrix(X)
-    U, _, Vh = torch.linalg.svd(X, full_matrices=False)
-    return U @ Vh
+    return polar(X)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""Command line: ``python -m repro run | book | sync``.
+
+* ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--jobs N``,
+  ``--timeout S``, ``--seed K``), record ``results/manifest.json``, then sync the generated pages. Exit 1 if any
+  notebook failed or timed out.
+* ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
+  Sphinx warnings are errors).
+* ``sync``: regenerate ``_toc.yml``, ``book/results.md``, the README table and the notebooks' header and setup
+  cells (``--check`` only reports what is stale, exit 1 if anything is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .paths import check_mode, project_root
+
+
+def _root(arg: str | None) -> Path:
+    root = Path(arg).resolve() if arg else project_root()
+    if root is None or not (root / "notebooks").is_dir():
+        sys.exit("error: not inside the book's checkout (no book/papers.yml and lib/repro above here); use --root")
+    return root
+
+
+def _mode(value: str) -> str:
+    try:
+        return check_mode(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _only(value: str) -> list[str]:
+    nums = [v.strip() for v in value.split(",") if v.strip()]
+    if not nums or not all(v.isdigit() and 1 <= int(v) <= 99 for v in nums):
+        raise argparse.ArgumentTypeError(f"--only takes notebook numbers like 05,19; got {value!r}")
+    return nums
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m repro", description="The ICML 2026 reproduction book.")
+    p.add_argument("--root", help="the book's checkout (default: found from the current directory)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="execute notebooks with papermill and record the manifest")
+    r.add_argument("--mode", type=_mode, default="quick", help="quick (CI scale, default) or full")
+    r.add_argument("--only", type=_only, help="comma-separated notebook numbers, e.g. 05,19")
+    r.add_argument("--jobs", type=int, default=1, help="notebooks at once (default 1; 2 cores here)")
+    r.add_argument("--timeout", type=float, default=None,
+                   help="seconds per notebook before it is killed (default: 900 in quick mode, none in full mode)")
+    r.add_argument("--seed", type=int, default=0, help="SEED injected into every notebook (default 0)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
+    b.add_argument("--no-strict", action="store_true", help="do not turn Sphinx warnings into errors")
+    s = sub.add_parser("sync", help="regenerate the toc, results page, README table and notebook headers")
+    s.add_argument("--check", action="store_true", help="only report stale files; exit 1 if any")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    root = _root(args.root)
+    from . import book
+
+    if args.cmd == "run":
+        from . import batch
+
+        try:
+            timeout = args.timeout if args.timeout is not None else (900.0 if args.mode == "quick" else None)
+            outcomes = batch.run(root, mode=args.mode, only=args.only, jobs=args.jobs, timeout=timeout,
+                                 seed=args.seed, progress=not args.no_progress)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(batch.summary(outcomes))
+        if (root / "book" / "papers.yml").exists():
+            book.sync(root)
+        return 0 if all(o.status == "ok" for o in outcomes) else 1
+    if args.cmd == "book":
+        return book.build(root, strict=not args.no_strict)
+    if args.check:
+        stale = book.out_of_sync(root)
+        print("\n".join(f"stale: {s}" for s in stale) or "everything in sync")
+        return 1 if stale else 0
+    changed = book.sync(root)
+    print("\n".join(f"updated: {c}" for c in changed) or "nothing to update")
+    return 0

@@ -1,0 +1,59 @@
+"""The paper registry ``book/papers.yml``: number, slug, title, part of the book, the library module that
+implements the paper, the paper's own packages (recorded with its results), and whether full mode wants a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .paths import project_root
+
+REGISTRY = Path("book") / "papers.yml"
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One paper of the book and where its notebook, module and results live."""
+
+    number: str
+    slug: str
+    title: str
+    part: str
+    module: str | None = None  # e.g. "repro.papers.pogo"; None until the paper has a module
+    packages: tuple[str, ...] = field(default=())  # the paper's own libraries, recorded in its results
+    gpu: bool = False  # full mode wants a GPU (the cluster runner requests one)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "packages", tuple(self.packages))
+
+    @property
+    def stem(self) -> str:
+        return f"{self.number}-{self.slug}"
+
+    def notebook(self, root: Path) -> Path:
+        return root / "notebooks" / f"{self.stem}.ipynb"
+
+    def results(self, root: Path) -> Path:
+        return root / "results" / f"{self.stem}.json"
+
+
+def load_registry(root: Path) -> tuple[list[str], list[Paper]]:
+    """Parts (in book order) and papers (in number order) from ``book/papers.yml``."""
+    data = yaml.safe_load((root / REGISTRY).read_text())
+    parts = list(data["parts"])
+    papers = [Paper(number=str(n), **v) for n, v in sorted(data["papers"].items())]
+    unknown = {p.part for p in papers} - set(parts)
+    if unknown:
+        raise ValueError(f"book/papers.yml: papers name parts that are not listed: {sorted(unknown)}")
+    return parts, papers
+
+
+def find(stem: str, root: Path | None = None) -> Paper | None:
+    """The registry entry of notebook ``NN-slug`` (``None`` outside a checkout or if unknown)."""
+    root = root or project_root()
+    if root is None or not (root / REGISTRY).exists():
+        return None
+    return next((p for p in load_registry(root)[1] if p.stem == stem), None)
