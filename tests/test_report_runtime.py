@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from repro import report, runtime
-from repro.tools import provenance
 from repro.report import Claim, ClaimFailed, finish
+from repro.tools import provenance
 
 
 @pytest.fixture

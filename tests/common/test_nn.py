@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.common.nn import KVCache, Transformer, TransformerConfig, apply_rotary, cosine_schedule, rotary_tables
+from repro.common.nn import KVCache, Transformer, TransformerConfig, apply_rotary, rotary_tables
 
 
 def model(causal: bool, positions: str = "learned", seed: int = 0, **kw) -> Transformer:
@@ -150,10 +150,3 @@ def test_bad_input_raises():
         m(torch.zeros(25, dtype=torch.long))
     with pytest.raises(ValueError, match="attn_mask"):
         m(torch.zeros(1, 4, dtype=torch.long), attn_mask=torch.ones(4, 5, dtype=torch.bool))
-
-
-def test_cosine_schedule():
-    assert cosine_schedule(0, 100, 10) == pytest.approx(0.1)
-    assert cosine_schedule(10, 100, 10) == pytest.approx(1.0)
-    assert cosine_schedule(55, 100, 10) == pytest.approx(0.5)
-    assert cosine_schedule(100, 100, 10) == pytest.approx(0.0, abs=1e-12)

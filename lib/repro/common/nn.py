@@ -23,7 +23,6 @@ Everything works on the tensors' device and dtype; nothing is specific to a pape
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -202,11 +201,3 @@ class Transformer(nn.Module):
             values.append(v)
         logits = self.head(self.ln_f(x))
         return (logits, KVCache(keys, values)) if return_cache else logits
-
-
-def cosine_schedule(step: int, total: int, warmup: int) -> float:
-    """Learning-rate factor: linear warm-up over ``warmup`` steps, then cosine decay to 0 at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))

@@ -46,7 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..common.nn import KVCache, Transformer, TransformerConfig, cosine_schedule
+from ..common.nn import KVCache, Transformer, TransformerConfig
+from ..common.train import cosine_schedule
 
 Tensor = torch.Tensor
 ModelFn = Callable[[Tensor], Tensor]
