@@ -3,6 +3,8 @@ results file, and everything generated from book/papers.yml and _config.yml is i
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import json
 import re
 from pathlib import Path
@@ -11,7 +13,8 @@ import nbformat
 import pytest
 import yaml
 
-from repro.tools import book
+from repro import report
+from repro.tools import book, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -72,11 +75,13 @@ def test_results_file(nb):
     rec = json.loads((ROOT / "results" / f"{path.stem}.json").read_text())
     assert rec["slug"] == path.stem and rec["mode"] == "quick"
     asserted = [c for c in rec["claims"] if c["asserted"]]
-    assert len(asserted) >= 2, "each notebook asserts at least two claims"
+    assert len([c for c in asserted if c.get("kind", "paper") == "paper"]) >= 2, \
+        "each notebook asserts at least two paper claims"
     assert all(c["holds"] for c in asserted)
     for c in rec["claims"]:
-        assert c["verdict"] in ("Re", "~Re", "not Re")
-        assert c["verdict"] == "not Re" or c["holds"]
+        kind = c.get("kind", "paper")
+        assert c["verdict"] in (report.VERDICTS if kind == "paper" else report.CHECK_VERDICTS)
+        assert c["holds"] == (c["verdict"] not in ("not Re", "fail"))
 
 
 def test_generated_files_are_in_sync():
@@ -101,3 +106,81 @@ def test_config_pins_what_the_design_requires():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci.endswith("-m pytest") and ci in (ROOT / "README.md").read_text()
+
+
+# ------------------------------------------------------------------ the house rules of the notebook API
+# Notebooks not yet moved to the house rules (the architecture issue's refactor); shrinks to nothing.
+LEGACY = {"01-lmo-momentum-abc", "03-d3llm", "09-pace-lidar", "16-diffusion-semantic-entropy", "17-amortized-gbi",
+          "19-pogo"}
+MAX_CELL_LINES = 40
+DOTTED = re.compile(r"`(repro(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
+
+
+def house(nb):
+    path, notebook = nb
+    if path.stem in LEGACY:
+        pytest.skip("not yet on the house rules")
+    return path, notebook
+
+
+def test_code_cells_are_short(nb):
+    path, notebook = house(nb)
+    long = [(i, len(c.source.splitlines())) for i, c in enumerate(notebook.cells)
+            if c.cell_type == "code" and "NBVAL_CHECK_OUTPUT" not in c.source
+            and len(c.source.splitlines()) > MAX_CELL_LINES]
+    assert not long, f"code cells over {MAX_CELL_LINES} lines (cell, lines): {long}; move the harness to the library"
+
+
+def test_defs_only_for_drawing(nb):
+    path, notebook = house(nb)
+    names = [m for c in notebook.cells if c.cell_type == "code"
+             for m in re.findall(r"^\s*def (\w+)", c.source, re.M)]
+    bad = [n for n in names if not n.startswith(("draw", "plot"))]
+    assert not bad, f"functions in a notebook are for drawing only (draw_*/plot_*); move {bad} to the library"
+
+
+def test_one_run_handle_and_the_one_explorer(nb):
+    path, notebook = house(nb)
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    assert f'runtime.setup("{path.stem}", MODE, SEED, DEVICE)' in code
+    assert "run.finish(" in code and "widgets.interact" not in code and "to_jshtml" not in code
+
+
+def test_registry_module_names_the_notebook(nb):
+    path, _ = nb
+    paper = PAPERS[path.stem]
+    assert paper.module, f"book/papers.yml: paper {paper.number} needs module:"
+    module = importlib.import_module(paper.module)
+    assert f"notebooks/{path.name}" in (module.__doc__ or ""), f"{paper.module}'s docstring must name the notebook"
+
+
+def test_implemented_in_names_resolve(nb):
+    path, notebook = house(nb)
+    text = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    names = sorted(set(DOTTED.findall(text)))
+    assert names, "the Method section names what implements it: *Implemented in `repro.papers.x.fn`*"
+    unresolved = [n for n in names if not _resolves(n)]
+    assert not unresolved, f"names that do not resolve: {unresolved}"
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_registry_lists_only_modules_and_packages_that_exist():
+    for paper in registry.load_registry(ROOT)[1]:
+        if paper.notebook(ROOT).exists():
+            for pkg in paper.packages:
+                assert importlib.metadata.version(pkg), pkg

@@ -206,3 +206,36 @@ def test_bad_population_is_rejected():
         pop.sample_weights(0, 1, np.random.default_rng(0))
     with pytest.raises(ValueError, match="eta"):
         C.two_point_population(0.9)
+
+
+# ------------------------------------------------------------------ the notebook's harness
+
+
+def test_utility_polyline_has_gaps_at_jumps_and_exact_ends():
+    x, y = C.utility_polyline(np.array([0.0, 0.5]), np.array([0.2, 0.6]))
+    assert np.isnan(x[2]) and np.isnan(y[5])
+    np.testing.assert_allclose(x[[0, 1, 3, 4]], [0, 0.5, 0.5, 1.0])
+    np.testing.assert_allclose(y[[0, 1, 3, 4]], [0.2, 0.1, 0.3, 0.0])
+
+
+def test_nested_weights_are_prefix_frequencies():
+    draws = np.array([0, 2, 2, 1, 0])
+    w = C.nested_weights(draws, 3, 4)
+    assert w.shape == (1, 4) and torch.allclose(w, torch.tensor([[1 / 3, 0, 2 / 3, 0]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="n="):
+        C.nested_weights(draws, 6, 4)
+
+
+def test_rate_in_n_is_the_per_n_mean_of_run_trials():
+    pop = C.random_population(30, 6, rng=np.random.default_rng(0))
+    res = C.rate_in_n(pop, [10, 40], 50, np.random.default_rng(1))
+    rng = np.random.default_rng(1)
+    by_hand = [float(C.run_trials(pop, n, 50, rng).sup_dev.mean()) for n in (10, 40)]
+    np.testing.assert_allclose(res.sup_mean, by_hand)
+    assert res.n_trials == 100 and res.violations == 0 and res.sup_band.shape == (2, 2)
+
+
+def test_two_point_simulation_tracks_the_exact_binomial_tail():
+    tp = C.two_point_errors(0.1, [0.5, 1.5], 4000, np.random.default_rng(0))
+    assert (tp.ns % 3 == 0).all()
+    assert np.abs(tp.wrong - tp.exact_at).max() < 0.03  # 4000 reps: 3 SE of a proportion is < 0.024

@@ -5,6 +5,7 @@
   notebook failed or timed out.
 * ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
   Sphinx warnings are errors).
+* ``new NN``: create paper NN's notebook skeleton (generated header and setup cells, the fixed sections).
 * ``sync``: regenerate ``_toc.yml``, ``book/results.md``, the README table and the notebooks' header and setup
   cells (``--check`` only reports what is stale, exit 1 if anything is).
 """
@@ -53,6 +54,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
     b.add_argument("--no-strict", action="store_true", help="do not turn Sphinx warnings into errors")
+    n = sub.add_parser("new", help="create the notebook skeleton of paper NN (from book/papers.yml)")
+    n.add_argument("number", help="the paper's number, e.g. 07")
     s = sub.add_parser("sync", help="regenerate the toc, results page, README table and notebook headers")
     s.add_argument("--check", action="store_true", help="only report stale files; exit 1 if any")
     return p
@@ -77,6 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         if (root / "book" / "papers.yml").exists():
             book.sync(root)
         return 0 if all(o.status == "ok" for o in outcomes) else 1
+    if args.cmd == "new":
+        from .scaffold import new_notebook
+
+        try:
+            path = new_notebook(root, args.number)
+        except (ValueError, FileExistsError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"created {path.relative_to(root)}")
+        return 0
     if args.cmd == "book":
         return book.build(root, strict=not args.no_strict)
     if args.check:

@@ -1,0 +1,51 @@
+"""Linear contracts and Empirical Utility Maximization (EUM).
+
+Paper: M. M. Høgsgaard, "The Optimal Sample Complexity of Linear Contracts", ICML 2026 (arXiv 2601.01496).
+Notebook: ``notebooks/05-linear-contracts.ipynb``.
+
+Model. An agent type is, for each action ``i``, an expected reward ``R_i ∈ [0, 1]`` (the outcome distribution
+``F_i`` integrated against the principal's rewards) and a cost ``c_i ≥ 0``. Under the linear contract
+``α ∈ [0, 1]`` the agent earns ``α R_i − c_i`` and best-responds, ties broken in favour of the principal
+(the highest ``R_i``). The principal's utility is ``u_θ(α) = (1 − α) R_{i*(α)}`` and the objective is
+``u(α) = E_θ u_θ(α)``. EUM returns ``argmax_α (1/N) Σ_j u_{θ_j}(α)``; the paper proves that
+``N = O(ln(1/δ)/ε²)`` samples make EUM ε-optimal and, more strongly, ``sup_α |û(α) − u(α)| ≤ ε``
+(uniform convergence), with no dependence on the number of actions.
+
+Exact computation (what makes the experiments free of grid error):
+
+* ``R_{i*(α)}`` is a non-decreasing, right-continuous step function: the upper envelope of the lines
+  ``α R_i − c_i`` has at most ``k − 1`` breakpoints (:func:`envelope`, a vectorised walk along the envelope).
+* A weighted mean of such step functions is again a step function, whose jumps are the union of all
+  breakpoints (:func:`mean_reward`). On each piece ``[b_i, b_{i+1})`` the utility ``(1 − α) L_i`` is
+  linear and decreasing, so its maximum over the piece is at the left end ``b_i``, where it is attained.
+  Hence EUM is a scan over ``{0} ∪ breakpoints`` (:meth:`StepCurves.eum`), and the sup of
+  ``|û − u| = (1 − α) |L̂_i − L_i|`` over the piece is also at ``b_i`` (:func:`sup_deviation`):
+  both are exact, with no grid.
+
+Everything is batched torch: many types, many weightings (Monte-Carlo repetitions) at once, on any device.
+
+Layout: :mod:`.method` (envelope, step curves, EUM, sup deviation), :mod:`.problems` (populations of types),
+:mod:`.experiment` (the notebook's harness).
+"""
+
+from .experiment import (
+    ActionSweep,
+    RateInN,
+    Trials,
+    TwoPoint,
+    action_sweep,
+    nested_weights,
+    rate_in_n,
+    run_trials,
+    tail_quantiles,
+    two_point_errors,
+    utility_polyline,
+)
+from .method import Envelope, StepCurves, envelope, mean_reward, sup_deviation
+from .problems import Population, random_population, random_types, two_point_population
+
+__all__ = [
+    "ActionSweep", "Envelope", "Population", "RateInN", "StepCurves", "Trials", "TwoPoint", "action_sweep",
+    "envelope", "mean_reward", "nested_weights", "random_population", "random_types", "rate_in_n", "run_trials",
+    "sup_deviation", "tail_quantiles", "two_point_errors", "two_point_population", "utility_polyline",
+]

@@ -1,0 +1,93 @@
+"""Instances for paper 05: a finite population of agent types (the true distribution D), random and
+two-point generators. The generators are ours; the paper has no experiments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .method import StepCurves, Tensor, _check_types, envelope, mean_reward
+
+
+@dataclass
+class Population:
+    """A finite population of agent types with probabilities ``probs`` (the "true" distribution D)."""
+
+    R: Tensor
+    c: Tensor
+    probs: Tensor
+
+    def __post_init__(self) -> None:
+        _check_types(self.R, self.c)
+        if self.probs.shape != (self.R.shape[0],) or (self.probs < 0).any():
+            raise ValueError("probs must be a non-negative vector with one entry per type")
+        if not torch.isclose(self.probs.sum(), self.probs.new_tensor(1.0)):
+            raise ValueError("probs must sum to 1")
+        self.env = envelope(self.R, self.c)
+        self.truth = mean_reward(self.env, self.probs[None, :])
+
+    def sample_weights(self, n: int, reps: int, rng: np.random.Generator) -> Tensor:
+        """Empirical type frequencies of ``reps`` independent samples of ``n`` i.i.d. types: shape ``(reps, T)``.
+
+        Only the counts matter for EUM, so they are drawn directly (multinomial), at a cost independent of ``n``.
+        """
+        if n < 1 or reps < 1:
+            raise ValueError(f"need n >= 1 and reps >= 1, got n={n}, reps={reps}")
+        p = self.probs.detach().cpu().double().numpy()
+        counts = rng.multinomial(n, p / p.sum(), size=reps)
+        return torch.as_tensor(counts, dtype=self.R.dtype, device=self.R.device) / n
+
+    def empirical(self, weights: Tensor) -> StepCurves:
+        """Empirical mean-reward curves for the sample frequencies ``weights`` (from :meth:`sample_weights`)."""
+        return mean_reward(self.env, weights)
+
+
+def random_types(n_types: int, n_actions: int, n_outcomes: int = 10, *, rng: np.random.Generator,
+                 concentration: float = 0.5, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
+    """Random agent types ``(R, c)`` of shape ``(n_types, n_actions)``; action 0 is the null action (R = c = 0).
+
+    Outcome rewards ``r`` are sorted uniforms on [0, 1], drawn once; each action's outcome distribution is
+    ``Dirichlet(concentration)`` over ``n_outcomes`` outcomes, so ``R_i = ⟨F_i, r⟩``. Costs are
+    ``c_i = s · R_i² · U(0.5, 1.5)`` with a per-type scale ``s ~ U(0.3, 2.5)``: costs convex in the reward
+    give envelopes with several pieces inside [0, 1] (degenerate instances would make every check trivial).
+    This generator is ours; the paper has no experiments.
+    """
+    if n_types < 1 or n_actions < 1 or n_outcomes < 1:
+        raise ValueError("n_types, n_actions and n_outcomes must be positive")
+    r = np.sort(rng.uniform(0, 1, n_outcomes))
+    F = rng.dirichlet(np.full(n_outcomes, concentration), size=(n_types, n_actions))
+    R = F @ r
+    s = rng.uniform(0.3, 2.5, size=(n_types, 1))
+    c = s * R**2 * rng.uniform(0.5, 1.5, size=R.shape)
+    R[:, 0] = 0.0
+    c[:, 0] = 0.0
+    return (torch.as_tensor(R, dtype=dtype, device=device), torch.as_tensor(c, dtype=dtype, device=device))
+
+
+def random_population(n_types: int, n_actions: int, n_outcomes: int = 10, *, rng: np.random.Generator,
+                      device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> Population:
+    """A finite population of ``n_types`` random types with random (Dirichlet(1)) probabilities."""
+    R, c = random_types(n_types, n_actions, n_outcomes, rng=rng, device=device, dtype=dtype)
+    probs = torch.as_tensor(rng.dirichlet(np.ones(n_types)), dtype=dtype, device=device)
+    return Population(R=R, c=c, probs=probs / probs.sum())
+
+
+def two_point_population(eta: float, *, device: torch.device | str = "cpu",
+                         dtype: torch.dtype = torch.float64) -> Population:
+    """A hard instance in the spirit of the lower bound of Dütting et al. (2025): two types that both have one
+    action with reward 1, costing 1/4 (type A) or 3/4 (type B); ``P(A) = 1/3 + eta``.
+
+    Then ``u(1/4) = 3/4 · P(A)`` and ``u(3/4) = 1/4``, so the optimal contract is 1/4 for ``eta > 0`` and the
+    wrong one costs ``ε = 3/4 · |eta|``. EUM errs exactly when the sample frequency of A falls below 1/3 (a tie
+    goes to the smaller contract), a binomial tail that needs ``N ≍ ln(1/δ)/eta²`` samples to push below δ.
+    """
+    if not -1 / 3 < eta < 2 / 3:
+        raise ValueError(f"eta must lie in (-1/3, 2/3), got {eta}")
+    R = torch.tensor([[0.0, 1.0], [0.0, 1.0]], dtype=dtype, device=device)
+    c = torch.tensor([[0.0, 0.25], [0.0, 0.75]], dtype=dtype, device=device)
+    probs = torch.tensor([1 / 3 + eta, 2 / 3 - eta], dtype=dtype, device=device)
+    return Population(R=R, c=c, probs=probs)
