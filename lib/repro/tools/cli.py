@@ -1,10 +1,11 @@
-"""Command line: ``python -m repro run | book | sync``.
+"""Command line: ``python -m repro run | book | sync | prepare | new``.
 
 * ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--jobs N``,
   ``--timeout S``, ``--seed K``), record ``results/manifest.json``, then sync the generated pages. Exit 1 if any
   notebook failed or timed out.
 * ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
   Sphinx warnings are errors).
+* ``prepare``: build every offline asset the notebooks need (``repro.common.assets``), once.
 * ``new NN``: create paper NN's notebook skeleton (generated header and setup cells, the fixed sections).
 * ``sync``: regenerate ``_toc.yml``, ``book/results.md``, the README table and the notebooks' header and setup
   cells (``--check`` only reports what is stale, exit 1 if anything is).
@@ -54,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
     b.add_argument("--no-strict", action="store_true", help="do not turn Sphinx warnings into errors")
+    sub.add_parser("prepare", help="build the offline assets (pretrained models) once; idempotent")
     n = sub.add_parser("new", help="create the notebook skeleton of paper NN (from book/papers.yml)")
     n.add_argument("number", help="the paper's number, e.g. 07")
     s = sub.add_parser("sync", help="regenerate the toc, results page, README table and notebook headers")
@@ -80,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         if (root / "book" / "papers.yml").exists():
             book.sync(root)
         return 0 if all(o.status == "ok" for o in outcomes) else 1
+    if args.cmd == "prepare":
+        from ..common import assets  # the one command that needs torch: it converts models
+
+        return assets.prepare_all()
     if args.cmd == "new":
         from .scaffold import new_notebook
 
