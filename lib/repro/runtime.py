@@ -64,7 +64,8 @@ def seed_everything(seed: int) -> np.random.Generator:
 
 def pin_threads(n: int = 1) -> None:
     """Use ``n`` intra-op threads. One thread is fastest for small models on 2-core machines
-    (TOOLCHAIN.md: 2 threads are up to 60x slower when another process holds a core)."""
+    (measured on the 2-core development machines: 2 threads are up to 60x slower when another process holds
+    a core)."""
     os.environ["OMP_NUM_THREADS"] = str(n)
     os.environ["MKL_NUM_THREADS"] = str(n)
     torch.set_num_threads(n)
