@@ -1,0 +1,61 @@
+"""What a reader expects of a published book's repository: licenses, citation, workflows that validate against
+their schemas (check-jsonschema's bundled copies: no network), and links from the README and the book."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro.tools import book
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def _validate(schema: str, path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_workflow_validates(path):
+    out = _validate("vendor.github-workflows", path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_schema_check_can_fail(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: x\njobs: {}\n")  # no `on:`
+    assert _validate("vendor.github-workflows", bad).returncode != 0
+
+
+def test_citation_validates_and_names_the_repository():
+    out = _validate("vendor.citation-file-format", ROOT / "CITATION.cff")
+    assert out.returncode == 0, out.stdout + out.stderr
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["repository-code"] == book.repository(ROOT)[0]
+
+
+def test_workflows_use_the_readme_commands():
+    readme = (ROOT / "README.md").read_text()
+    tests = yaml.safe_load((ROOT / ".github" / "workflows" / "tests.yml").read_text())
+    runs = [s.get("run", "") for s in tests["jobs"]["tests"]["steps"]]
+    assert "bash .ci/run" in runs  # .ci/run's command is the README's (tests/test_hygiene.py)
+    pages = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    for step in pages["jobs"]["build"]["steps"]:
+        if "run" in step:
+            assert step["run"].strip() in readme, f"not a README command: {step['run']}"
+
+
+def test_licenses_are_linked():
+    readme = (ROOT / "README.md").read_text()
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert "CC BY 4.0" in (ROOT / "LICENSE-CONTENT.md").read_text()
+    for name in ("LICENSE", "LICENSE-CONTENT.md", "CITATION.cff", "CONTRIBUTING.md"):
+        assert (ROOT / name).exists() and f"({name})" in readme, name
+    footer = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["extra_footer"]
+    assert "CC BY 4.0" in footer and "MIT" in footer
