@@ -1,6 +1,6 @@
-"""Benchmark of one optimiser step on batches of orthogonal matrices (paper 19, POGO; ``repro.pogo``).
+"""Benchmark of one optimiser step on batches of orthogonal matrices (paper 19, POGO; ``repro.papers.pogo``).
 
-Time per step and orthogonality error for POGO (``repro.pogo.POGO``, SGD base), the public ``pogo-torch``, our
+Time per step and orthogonality error for POGO (``repro.papers.pogo.POGO``, SGD base), the public ``pogo-torch``, our
 Landing, and geoopt's RiemannianSGD with the QR retraction (``EuclideanStiefel``) and the Cayley retraction
 (``CanonicalStiefel``), on 1000×(16×16), 100×(64×64), 1×(512×1024) and 10000×(16×16), float32 on CPU (or
 ``--device cuda``). Printed as ratios to POGO measured in the same run and written to ``results/bench-pogo.json``.
@@ -14,17 +14,14 @@ relative gradient. Orthogonality: the largest ‖X Xᵀ − I‖_F over ``--step
 Goals (from the issue): >= 3x faster than geoopt on 1000×(16×16) at equal orthogonality; never slower than
 pogo-torch. The script prints whether they hold; it never fails on them (timings are machine-dependent).
 
-Run: ``.venv/bin/python benchmarks/pogo.py`` (about a minute on 2 CPU cores; ``--threads 2`` for both cores).
+Run: ``.venv/bin/python benchmarks/bench_pogo.py`` (about a minute on 2 CPU cores; ``--threads 2`` for both cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -40,8 +37,7 @@ def make(method: str, X0: torch.Tensor, G: torch.Tensor) -> tuple[torch.Tensor, 
     """A parameter holding ``X0`` (row form, or its transpose for geoopt's column convention), its gradient set
     to ``G``, and the optimiser's ``step``."""
     if method in ("geoopt-QR", "geoopt-Cayley"):
-        import geoopt
-
+        geoopt = P.import_geoopt()
         manifold = geoopt.EuclideanStiefel() if method == "geoopt-QR" else geoopt.CanonicalStiefel()
         X = geoopt.ManifoldParameter(X0.mT.clone(), manifold=manifold)
         X.grad = G.mT.clone()
@@ -53,26 +49,8 @@ def make(method: str, X0: torch.Tensor, G: torch.Tensor) -> tuple[torch.Tensor, 
         return X, P.POGO([X], lr=LR).step
     if method == "Landing":
         return X, P.Landing([X], lr=LR).step
-    import_pogo_torch()
-    import pogo
-    from pogo import base
-
+    pogo, base = P.import_pogo_torch()
     return X, pogo.POGO([X], base.SGD(), LR).step
-
-
-def import_pogo_torch() -> None:
-    """Import the PyPI ``pogo`` package, not this file: run as a script, this file's folder comes first on
-    ``sys.path`` and its name would shadow the package. (Its import of torch.compile warns about torch.jit.)"""
-    here = Path(__file__).resolve().parent
-    sys.modules.pop("pogo", None) if getattr(sys.modules.get("pogo"), "__file__", "") == __file__ else None
-    saved = sys.path[:]
-    sys.path[:] = [s for s in sys.path if Path(s or ".").resolve() != here]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import pogo.base  # noqa: F401
-    finally:
-        sys.path[:] = saved
 
 
 def orthogonality(method: str, X0: torch.Tensor, G: torch.Tensor, steps: int) -> float:

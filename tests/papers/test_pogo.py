@@ -1,4 +1,4 @@
-"""repro.pogo against independent references: the PyPI ``pogo-torch`` package step for step, the SVD polar factor
+"""repro.papers.pogo against independent references: the PyPI ``pogo-torch`` package step for step, the SVD polar factor
 (scipy), finite-difference Riemannian gradients, a hand-coded square-matrix Landing (pierreablin/landing's formula),
 ``numpy.roots`` and a dense grid for the quartic λ."""
 
@@ -13,6 +13,7 @@ from scipy.linalg import polar
 
 from repro.common.linalg import newton_schulz5
 from repro.papers import pogo as P
+from repro.papers.pogo.method import _polyval
 
 F64 = torch.float64
 
@@ -347,10 +348,10 @@ def test_quartic_lambda_minimises_the_residual():
         c = P.quartic_coefficients(M, B)
         explicit = torch.linalg.matrix_norm((M + lam[:, None, None] * B) @ (M + lam[:, None, None] * B).mT
                                             - torch.eye(5, dtype=F64)).square()
-        torch.testing.assert_close(P._polyval(c, lam[:, None])[:, 0], explicit)
-        f_grid = P._polyval(c, grid.expand(30, -1)).amin(-1)
-        f_half = P._polyval(c, torch.full((30, 1), 0.5, dtype=F64))[:, 0]
-        f_public = P._polyval(c, compute_lambda(M, B).to(F64)[:, None])[:, 0]
+        torch.testing.assert_close(_polyval(c, lam[:, None])[:, 0], explicit)
+        f_grid = _polyval(c, grid.expand(30, -1)).amin(-1)
+        f_half = _polyval(c, torch.full((30, 1), 0.5, dtype=F64))[:, 0]
+        f_public = _polyval(c, compute_lambda(M, B).to(F64)[:, None])[:, 0]
         assert (explicit <= f_grid + 1e-9 * (1 + f_grid)).all()
         assert (explicit <= f_half * (1 + 1e-12) + 1e-15).all()
         assert (explicit <= f_public * (1 + 1e-12) + 1e-15).all()
@@ -478,3 +479,115 @@ def test_cuda_matches_cpu():
             opt.step()
         out.append(X.detach().cpu())
     torch.testing.assert_close(out[0], out[1], atol=1e-10, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The notebook's problems and harness (repro.papers.pogo.problems, .experiment)
+
+
+def test_problem_optima_against_numpy_and_scipy():
+    pca = P.PCAProblem.generate(12, 3, cond=100.0, generator=gen(40), dtype=F64)
+    eig, vec = np.linalg.eigh(pca.A.numpy())
+    assert pca.f_star == pytest.approx(-0.5 * eig[-3:].sum(), rel=1e-12)
+    top = torch.from_numpy(vec[:, -3:].copy())[None]
+    assert pca.gap(top) < 1e-12 and pca.gap(pca.init(gen(41))) > 1e-3
+    proc = P.ProcrustesProblem.generate(5, 4, 8, noise=0.1, generator=gen(42), dtype=F64)
+    best = np.stack([polar(b @ a.T)[0] for a, b in zip(proc.A.numpy(), proc.B.numpy(), strict=True)])
+    assert proc.f_star == pytest.approx(0.5 * float(((best @ proc.A.numpy() - proc.B.numpy()) ** 2).sum()), rel=1e-12)
+    assert proc.gap(torch.from_numpy(best)) < 1e-12
+    start = proc.init(gen(43))
+    np.testing.assert_array_equal(np.sign(np.linalg.det(start.numpy())), np.sign(np.linalg.det(best)))
+
+
+def test_every_method_of_the_sweep_reaches_the_procrustes_optimum():
+    prob = P.ProcrustesProblem.generate(4, 4, 8, noise=0.1, generator=gen(3), dtype=F64)
+    X0 = prob.init(gen(4))
+    lrs = [0.1, 0.3, 1.0]
+    res = P.sweep(prob, X0, 80, rows=True, lrs=lrs)
+    best = P.best_lrs(res, lrs)
+    assert list(best) == P.METHODS
+    for m, lr in best.items():
+        r = res[m, lr]
+        assert r.final_gap < 1e-3 < r.gap[0], (m, lr, r.final_gap)  # the gap's reference: scipy's polar optimum
+        assert set(np.flatnonzero(np.isfinite(r.gap))) == P.eval_steps(80)
+    assert max(res[m, best[m]].worst_orth for m in P.GEOOPT_METHODS + ["Adam + SVD"]) < 1e-12  # retractions
+    table = P.summary_table(res, best)
+    assert list(table.index) == P.METHODS and (table["ms_per_step"] > 0).all()
+
+
+def test_run_method_stops_when_it_diverges():
+    prob = P.ProcrustesProblem.generate(2, 4, 8, generator=gen(5), dtype=F64)
+    r = P.run_method(prob, "POGO (SGD-mom 0.3)", 30.0, prob.init(gen(6)), 50, rows=True)
+    stop = int(np.flatnonzero(np.isfinite(r.orth))[-1])
+    assert 1 <= stop < 50 and not r.orth[stop] < P.DIVERGED and np.isnan(r.final_gap)
+    assert np.isnan(r.gap[stop:]).all() and np.isnan(r.orth[stop + 1:]).all()
+    res = {("POGO (SGD)", lr): r for lr in (1.0,)} | {("POGO (SGD)", 0.1): P.run_method(
+        prob, "POGO (SGD)", 0.1, prob.init(gen(6)), 50, rows=True)}
+    assert P.best_lrs(res, [1.0, 0.1], methods=["POGO (SGD)"]) == {"POGO (SGD)": 0.1}  # a diverged run never wins
+    assert P.eval_steps(50) >= {0, 1, 2, 50} and len(P.eval_steps(1000)) < 70
+
+
+def fake_run(final_gap: float, worst_orth: float) -> P.Trajectory:
+    return P.Trajectory(gap=np.array([1.0, final_gap]), orth=np.array([0.0, worst_orth]), clock=np.zeros(2),
+                        final_gap=final_gap, worst_orth=worst_orth, final_orth=worst_orth, ms_per_step=1.0)
+
+
+def test_claim_numbers_by_hand():
+    lrs = [0.1, 1.0]
+    res = {(m, lr): fake_run(1e-3, 1e-4) for m in P.METHODS for lr in lrs}
+    res["POGO (SGD)", 0.1] = fake_run(4e-3, 2e-4)
+    res["Landing", 0.1] = fake_run(2e-3, 1e-2)
+    res["POGO (VectorAdam)", 1.0] = fake_run(1e-9, 5.0)  # outside lr <= 0.1, floored at 1e-6 for the best gap
+    res["POGO (SGD-mom 0.3)", 0.1] = fake_run(float("nan"), 3e-3)  # diverged: out of the best gaps
+    res["geoopt RAdam (QR)", 1.0] = fake_run(5e-7, 1e-15)
+    n = P.claim_numbers(res, lrs, lr_max=0.1)
+    assert n["worst_by_base"] == {"POGO (SGD)": 2e-4, "POGO (SGD-mom 0.3)": 3e-3, "POGO (VectorAdam)": 1e-4}
+    assert n["worst_pogo"] == 3e-3
+    assert n["landing_ratio"] == pytest.approx(1e-2 / 2e-4)
+    assert n["gap_ratio"] == pytest.approx(4e-3 / 2e-3)
+    assert n["geoopt_over_pogo"] == pytest.approx(1e-6 / 1e-6)
+    assert P.best_summary(res, {"Landing": 0.1}) == {"Landing": {"lr": 0.1, "final_gap": 2e-3, "worst_orth": 1e-2}}
+    with pytest.raises(ValueError, match="<= 0.01"):
+        P.claim_numbers(res, lrs, lr_max=0.01)
+
+
+def test_match_public_agrees_with_pogo_torch():
+    import_reference()
+    for kind in ("sgd", "vectoradam"):
+        dev, gap = P.match_public(*P.public_base_pair(kind), 0.05, n=12, p=4, steps=10, seed=7)
+        assert dev < 1e-12 and 0 < gap < 1
+    assert P.match_digits(1.4e-15) == 14 and P.match_digits(0.0) == 16
+    with pytest.raises(ValueError, match="unknown base"):
+        P.public_base_pair("adam")
+
+
+def test_contraction_is_quadratic():
+    c = P.contraction(b=6, p=3, n=5, points=8, iters=6, seed=8)
+    assert c.d0.shape == c.d1.shape == (48,)
+    assert 1.9 <= c.slope <= 2.1  # analytic: s -> 1.5 s - 0.5 s^3 squares the distance
+    # each singular value 1 + e maps to 1 - 1.5 e^2: d1 = 3 sqrt(sum e^4) and d0^2 = 4 sum e^2, so the constant
+    # d1 / d0^2 lies in [3/4 / sqrt(p), 3/4] (up to the noise and higher orders)
+    assert 0.9 * 0.75 / np.sqrt(3) <= np.exp(c.intercept) <= 1.1 * 0.75
+    assert c.chain[-1] < 1e-13 and all(b < a**2 for a, b in zip(c.chain[:4], c.chain[1:5], strict=True))
+
+
+def test_time_per_step_and_scaling_summary():
+    ms = P.time_per_step([2, 3], 4, budget_s=1e-3, repeats=1, generator=gen(9))
+    assert list(ms) == P.SCALE_METHODS and all(len(v) == 2 and min(v) > 0 for v in ms.values())
+    counts = [10, 100, 1000, 10000]
+    step = {"POGO": [0.1 * c**0.5 for c in counts], "geoopt RSGD (QR)": [1.0] * 4, "geoopt RSGD (Cayley)": [2.0] * 4}
+    s = P.scaling_summary(counts, step)
+    assert s["growth"] == pytest.approx(0.5) and s["qr_ratio"] == pytest.approx(1 / (0.1 * 1000**0.5))
+    assert s["cayley_ratio"] == pytest.approx(2 * s["qr_ratio"])
+
+
+def test_baselines_reject_bad_input():
+    X = P.random_stiefel(2, 3, 5, dtype=F64, generator=gen(10))
+    with pytest.raises(ValueError, match="unknown method"):
+        P.make_optimizer("SGD", X, 0.1, rows=True)
+    with pytest.raises(ValueError, match="column-orthonormal"):
+        P.make_optimizer("geoopt RSGD (QR)", X, 0.1, rows=True)
+    with pytest.raises(ValueError, match="unknown method"):
+        P.stepper("geoopt RAdam (QR)", X, X)
+    with pytest.raises(ValueError, match="steps"):
+        P.run_method(P.ProcrustesProblem.generate(1, 3, 4, generator=gen(1)), "POGO (SGD)", 0.1, X, 0, rows=True)

@@ -1,56 +1,24 @@
-"""POGO: optimisation over batches of orthogonal (Stiefel) matrices with a tangent step and a normal correction.
-
-Paper: A. Javaloy and A. Vergari, "An Embarrassingly Simple Way to Optimize Orthogonal Matrices at Scale",
-ICML 2026 (arXiv 2602.14656); public code ``adrianjav/pogo`` (PyPI ``pogo-torch`` 1.0.2).
-Notebook: ``notebooks/19-pogo.ipynb``; benchmark: ``benchmarks/pogo.py``.
-
-Convention: a parameter holds row-orthonormal matrices ``X`` of shape ``(..., p, n)``, ``p <= n``,
-``X Xᵀ = I_p`` (``rows=False``: column-orthonormal ``(..., n, p)``, handled by transposing). One POGO step for
-each matrix, with the Euclidean gradient ``G`` (all products batched):
-
-1. base direction ``D = base(G + wd·X)`` (SGD with momentum, VectorAdam, or Muon; the paper lets any Euclidean
-   optimiser shape the step);
-2. relative gradient ``R = ½ (X Xᵀ D − X Dᵀ X)``, which is ``X·skew(Xᵀ D)`` on the manifold (:func:`relative_gradient`);
-3. tangent step ``M = X − lr·R``;
-4. normal correction ``X⁺ = M + λ (M − M Mᵀ M)`` with the fixed ``λ = ½`` (:func:`normal_correction`), which is one
-   step of the order-1 Newton–Schulz iteration towards the polar factor of ``M``: it maps every singular value
-   ``s ↦ 1.5 s − 0.5 s³``, so the distance to the manifold contracts quadratically. Optionally, every
-   ``lambda_every`` steps, ``λ`` minimises the quartic ``‖(M + λB)(M + λB)ᵀ − I‖²_F`` (:func:`solve_lambda_quartic`).
-
-The method assumes orthonormal parameters at the start (it never projects), so :class:`POGO` checks them at
-the first step and raises a ``ValueError`` naming the error size.
-
-For comparison, :class:`Landing` (Ablin & Peyré 2022; Ablin et al. 2024) moves along the tangent and the normal
-directions at once, ``X⁺ = X − η (R + λ (X Xᵀ − I) X)``, with the "safe" step ``η`` that keeps the distance to the
-manifold below ``ε``. Its relative gradient must be the row-aware ``X·skew(Xᵀ G)``: the square-matrix form
-``skew(G Xᵀ)·X`` is zero for PCA-type losses on ``p < n`` matrices and silently freezes the method.
-
-Differences from the public code (all deliberate, all tested): the gradient is never modified in place; no step
-is skipped for a small gradient (the public code skips a whole parameter when every gradient entry is
-``<= 1e-8``); the quartic ``λ`` is the real minimiser of the residual (roots of its cubic derivative) instead of
-the real part of the quartic's root with the smallest imaginary part; the Muon base orthogonalises each matrix
-(the public one orthogonalises the whole batch as one ``b × pn`` matrix). The SGD base reproduces the public
-code's first momentum step, ``(1 + μ − dampening)·g`` (``public_init=True``, the default), so that trajectories
-agree step for step; ``public_init=False`` gives PyTorch's ``g``.
+"""POGO's method (Javaloy & Vergari, ICML 2026): the relative gradient, the normal correction, the fused step,
+the quartic λ, the base optimisers, the :class:`POGO` optimiser, and Landing (Ablin & Peyré 2022) for comparison.
+The package docstring (:mod:`repro.papers.pogo`) states the conventions and the deviations from the public code.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..common.linalg import newton_schulz5, polar
+from ...common.linalg import newton_schulz5, polar
 
 Tensor = torch.Tensor
 
 __all__ = [
     "POGO", "Landing", "SGDBase", "VectorAdamBase", "MuonBase", "relative_gradient", "normal_correction",
     "pogo_update", "landing_field", "safe_step_size", "quartic_coefficients", "solve_lambda_quartic",
-    "orthogonality_error", "random_stiefel", "polar_factor", "PCAProblem", "ProcrustesProblem",
+    "orthogonality_error", "random_stiefel", "polar_factor",
 ]
 
 
@@ -258,7 +226,7 @@ class VectorAdamBase:
 
 class MuonBase(SGDBase):
     """Muon as POGO's base: SGD momentum, then Muon's quintic Newton–Schulz orthogonalisation of *each* matrix's
-    direction (:func:`repro.lmo.newton_schulz5`, ``ns_steps`` iterations)."""
+    direction (:func:`repro.common.linalg.newton_schulz5`, ``ns_steps`` iterations)."""
 
     def __init__(self, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5, public_init: bool = True):
         super().__init__(momentum=momentum, nesterov=nesterov, public_init=public_init)
@@ -336,7 +304,7 @@ class POGO(torch.optim.Optimizer):
         if not err <= bound:
             raise ValueError(
                 f"POGO needs orthonormal parameters at the first step (it never projects); {where} has "
-                f"max ||X X^T - I||_F = {err:.3g} > {bound:.3g}. Initialise it with repro.pogo.random_stiefel, "
+                f"max ||X X^T - I||_F = {err:.3g} > {bound:.3g}. Initialise it with repro.papers.pogo.random_stiefel, "
                 f"a QR factor or the polar factor U V^T of its SVD (or pass check_tol=None).")
 
     @torch.no_grad()
@@ -451,105 +419,3 @@ class Landing(torch.optim.Optimizer):
                 X_new = X - eta * field
                 param.copy_((X_new if rows else X_new.mT).reshape(param.shape))
         return loss
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The notebook's test problems (generated data, closed-form optima)
-
-
-@dataclass
-class PCAProblem:
-    """Online-PCA benchmark of the public code (adapted from RSDM, Han et al. 2025), column form:
-    ``f(W) = −½ tr(Wᵀ A W)`` over ``W ∈ R^{n×p}``, ``Wᵀ W = I``, with
-    ``A = Q diag(scale·logspace(−log10 cond, 0, n)) Qᵀ`` (condition number ``cond``). The optimum is ``−½`` times
-    the sum of the ``p`` largest eigenvalues, and the relative optimality gap is ``|f − f*| / |f*|``, as in the
-    public code.
-
-    (The public example builds ``Q D Q`` and symmetrises it, which does not keep the stated spectrum; we use
-    ``Q D Qᵀ``.) Build with :meth:`generate`."""
-
-    A: Tensor
-    p: int
-    f_star: float
-
-    @classmethod
-    def generate(cls, n: int, p: int, cond: float = 1000.0, scale: float = 10.0, *,
-                 generator: torch.Generator | None = None, device: torch.device | str | None = None,
-                 dtype: torch.dtype = torch.float32) -> PCAProblem:
-        if not 1 <= p <= n or cond < 1:
-            raise ValueError(f"need 1 <= p <= n and cond >= 1, got n={n}, p={p}, cond={cond}")
-        eig = scale * torch.logspace(-math.log10(cond), 0, n, dtype=torch.float64)
-        Q = random_stiefel(1, n, n, generator=generator, dtype=torch.float64)[0]
-        A = (Q * eig) @ Q.T
-        A = 0.5 * (A + A.T)
-        f_star = -0.5 * float(eig.sort().values[-p:].sum())
-        return cls(A=A.to(device=device, dtype=dtype), p=p, f_star=f_star)
-
-    def init(self, generator: torch.Generator | None = None) -> Tensor:
-        """A random feasible start, shape ``(1, n, p)`` (column-orthonormal)."""
-        n = self.A.shape[0]
-        return random_stiefel(1, self.p, n, rows=False, generator=generator, dtype=self.A.dtype).to(self.A.device)
-
-    def loss(self, W: Tensor) -> Tensor:
-        return -0.5 * (W * (self.A @ W)).sum()
-
-    def grad(self, W: Tensor) -> Tensor:
-        return -(self.A @ W)
-
-    def gap(self, W: Tensor) -> float:
-        """Relative optimality gap, evaluated in float64."""
-        f = -0.5 * float((W.double() * (self.A.double() @ W.double())).sum())
-        return abs(f - self.f_star) / abs(self.f_star)
-
-
-@dataclass
-class ProcrustesProblem:
-    """A batch of orthogonal Procrustes problems ``f(X) = ½ Σ_b ‖X_b A_b − B_b‖²_F`` over square orthogonal
-    ``X_b ∈ R^{p×p}``, with ``A_b ∈ R^{p×m}`` (entries ``N(0, 1/m)``) and ``B_b = Q_b A_b + noise·E_b`` for Haar
-    ``Q_b``. The optimum is the polar factor of ``B_b A_bᵀ`` (Schönemann 1966); :meth:`init` starts on its
-    connected component (same determinant sign), so every method can reach it. The relative gap is
-    ``(f − f*) / (f_rand − f*)`` with ``f_rand = ½ Σ_b (‖A_b‖² + ‖B_b‖²)``, the mean of ``f`` over Haar-random
-    ``X``: 1 for a random guess, 0 at the optimum. Build with :meth:`generate`."""
-
-    A: Tensor
-    B: Tensor
-    f_star: float
-    f_rand: float
-
-    @classmethod
-    def generate(cls, b: int, p: int, m: int, noise: float = 0.1, *, generator: torch.Generator | None = None,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> ProcrustesProblem:
-        if b < 1 or p < 1 or m < 1 or noise < 0:
-            raise ValueError(f"need b, p, m >= 1 and noise >= 0, got b={b}, p={p}, m={m}, noise={noise}")
-        gen_device = generator.device if generator is not None else "cpu"
-        kw = dict(generator=generator, dtype=torch.float64, device=gen_device)
-        A = torch.randn(b, p, m, **kw) / math.sqrt(m)
-        Q = random_stiefel(b, p, p, generator=generator, dtype=torch.float64)
-        B = Q @ A + noise * torch.randn(b, p, m, **kw) / math.sqrt(m)
-        X_star = polar_factor(B @ A.mT)
-        f_star = 0.5 * float((X_star @ A - B).square().sum())
-        f_rand = 0.5 * float(A.square().sum() + B.square().sum())
-        return cls(A=A.to(device=device, dtype=dtype), B=B.to(device=device, dtype=dtype), f_star=f_star,
-                   f_rand=f_rand)
-
-    def init(self, generator: torch.Generator | None = None) -> Tensor:
-        """A Haar-random start, shape ``(b, p, p)``, on the optimum's connected component: orthogonal matrices
-        with ``det = +1`` and ``det = −1`` are two components that no continuous method crosses, so each start has
-        the first row's sign flipped where its determinant differs from the optimum's."""
-        b, p, _ = self.A.shape
-        X = random_stiefel(b, p, p, generator=generator, dtype=torch.float64)
-        A, B = self.A.double().cpu(), self.B.double().cpu()
-        flip = torch.linalg.det(X).sign() != torch.linalg.det(polar_factor(B @ A.mT)).sign()
-        X[flip, 0] *= -1
-        return X.to(device=self.A.device, dtype=self.A.dtype)
-
-    def loss(self, X: Tensor) -> Tensor:
-        return 0.5 * (X @ self.A - self.B).square().sum()
-
-    def grad(self, X: Tensor) -> Tensor:
-        return (X @ self.A - self.B) @ self.A.mT
-
-    def gap(self, X: Tensor) -> float:
-        """Relative optimality gap, evaluated in float64."""
-        f = 0.5 * float((X.double() @ self.A.double() - self.B.double()).square().sum())
-        return (f - self.f_star) / (self.f_rand - self.f_star)

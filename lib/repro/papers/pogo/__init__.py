@@ -1,0 +1,99 @@
+"""POGO: optimisation over batches of orthogonal (Stiefel) matrices with a tangent step and a normal correction.
+
+Paper: A. Javaloy and A. Vergari, "An Embarrassingly Simple Way to Optimize Orthogonal Matrices at Scale",
+ICML 2026 (arXiv 2602.14656); public code ``adrianjav/pogo`` (PyPI ``pogo-torch`` 1.0.2).
+Notebook: ``notebooks/19-pogo.ipynb``; benchmark: ``benchmarks/bench_pogo.py``.
+
+Convention: a parameter holds row-orthonormal matrices ``X`` of shape ``(..., p, n)``, ``p <= n``,
+``X Xᵀ = I_p`` (``rows=False``: column-orthonormal ``(..., n, p)``, handled by transposing). One POGO step for
+each matrix, with the Euclidean gradient ``G`` (all products batched):
+
+1. base direction ``D = base(G + wd·X)`` (SGD with momentum, VectorAdam, or Muon; the paper lets any Euclidean
+   optimiser shape the step);
+2. relative gradient ``R = ½ (X Xᵀ D − X Dᵀ X)``, which is ``X·skew(Xᵀ D)`` on the manifold (:func:`relative_gradient`);
+3. tangent step ``M = X − lr·R``;
+4. normal correction ``X⁺ = M + λ (M − M Mᵀ M)`` with the fixed ``λ = ½`` (:func:`normal_correction`), which is one
+   step of the order-1 Newton–Schulz iteration towards the polar factor of ``M``: it maps every singular value
+   ``s ↦ 1.5 s − 0.5 s³``, so the distance to the manifold contracts quadratically. Optionally, every
+   ``lambda_every`` steps, ``λ`` minimises the quartic ``‖(M + λB)(M + λB)ᵀ − I‖²_F`` (:func:`solve_lambda_quartic`).
+
+The method assumes orthonormal parameters at the start (it never projects), so :class:`POGO` checks them at
+the first step and raises a ``ValueError`` naming the error size.
+
+For comparison, :class:`Landing` (Ablin & Peyré 2022; Ablin et al. 2024) moves along the tangent and the normal
+directions at once, ``X⁺ = X − η (R + λ (X Xᵀ − I) X)``, with the "safe" step ``η`` that keeps the distance to the
+manifold below ``ε``. Its relative gradient must be the row-aware ``X·skew(Xᵀ G)``: the square-matrix form
+``skew(G Xᵀ)·X`` is zero for PCA-type losses on ``p < n`` matrices and silently freezes the method.
+
+Differences from the public code (all deliberate, all tested): the gradient is never modified in place; no step
+is skipped for a small gradient (the public code skips a whole parameter when every gradient entry is
+``<= 1e-8``); the quartic ``λ`` is the real minimiser of the residual (roots of its cubic derivative) instead of
+the real part of the quartic's root with the smallest imaginary part; the Muon base orthogonalises each matrix
+(the public one orthogonalises the whole batch as one ``b × pn`` matrix). The SGD base reproduces the public
+code's first momentum step, ``(1 + μ − dampening)·g`` (``public_init=True``, the default), so that trajectories
+agree step for step; ``public_init=False`` gives PyTorch's ``g``.
+
+Layout: :mod:`.method` (the POGO step, its bases, the optimiser, Landing), :mod:`.problems` (online PCA, batched
+Procrustes), :mod:`.baselines` (the compared optimisers behind one name each: pogo-torch, geoopt, Adam + SVD),
+:mod:`.experiment` (the notebook's harness).
+"""
+
+from .baselines import (
+    GEOOPT_METHODS,
+    METHODS,
+    POGO_METHODS,
+    SCALE_METHODS,
+    import_geoopt,
+    import_pogo_torch,
+    make_optimizer,
+    public_base_pair,
+    stepper,
+)
+from .experiment import (
+    DIVERGED,
+    GAP_FLOOR,
+    Contraction,
+    Trajectory,
+    best_lrs,
+    best_summary,
+    claim_numbers,
+    contraction,
+    eval_steps,
+    match_digits,
+    match_public,
+    round_sig,
+    run_method,
+    scaling_summary,
+    summary_table,
+    sweep,
+    time_per_step,
+)
+from .method import (
+    POGO,
+    Landing,
+    MuonBase,
+    SGDBase,
+    VectorAdamBase,
+    landing_field,
+    normal_correction,
+    orthogonality_error,
+    pogo_update,
+    polar_factor,
+    quartic_coefficients,
+    random_stiefel,
+    relative_gradient,
+    safe_step_size,
+    solve_lambda_quartic,
+)
+from .problems import PCAProblem, ProcrustesProblem
+
+__all__ = [
+    "POGO", "Landing", "SGDBase", "VectorAdamBase", "MuonBase", "relative_gradient", "normal_correction",
+    "pogo_update", "landing_field", "safe_step_size", "quartic_coefficients", "solve_lambda_quartic",
+    "orthogonality_error", "random_stiefel", "polar_factor", "PCAProblem", "ProcrustesProblem",
+    "GEOOPT_METHODS", "METHODS", "POGO_METHODS", "SCALE_METHODS", "import_geoopt", "import_pogo_torch",
+    "make_optimizer", "public_base_pair", "stepper",
+    "DIVERGED", "GAP_FLOOR", "Contraction", "Trajectory", "best_lrs", "best_summary", "claim_numbers", "contraction",
+    "eval_steps", "match_digits", "match_public", "round_sig", "run_method", "scaling_summary", "summary_table",
+    "sweep", "time_per_step",
+]
