@@ -1,6 +1,7 @@
-"""repro.gbi against independent references: the analytic Gaussian power posterior, importance reweighting of
-ordinary simulations (an independent route to the tempered joint), numerical quadrature, scipy's densities and
-ODE solver, and emcee/grid references checked against each other."""
+"""repro.papers.gbi against independent references: the analytic Gaussian power posterior, importance
+reweighting of ordinary simulations (an independent route to the tempered joint), numerical quadrature, scipy's
+densities and ODE solver, emcee/grid references checked against each other, numpy's weighted quantiles, and the
+hand-written training loop that repro.common.train.fit replaced."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from scipy import integrate, stats
 
 from repro.papers import gbi
+from repro.papers.gbi import npe
 
 
 @pytest.fixture
@@ -201,6 +203,35 @@ def test_trained_estimator_uses_beta(g, route):
     assert lq.shape == (5,) and torch.isfinite(lq).all()
 
 
+@pytest.mark.parametrize(("route", "step_loss"), [("synth", npe._synth_loss), ("snis", npe._snis_resample_loss)])
+def test_training_on_fit_is_bit_identical_to_the_hand_written_loop(route, step_loss):
+    # the loop train_tempered_npe had before it moved onto repro.common.train.fit: Adam, torch's cosine
+    # annealing over all steps, zero_grad(set_to_none) -> backward -> clip 5 -> step -> schedule step
+    task, lo_hi, steps = gbi.GaussianLinear(dim=2), (0.5, 2.0), 25
+    torch.manual_seed(0)
+    res = gbi.train_tempered_npe(task, route, beta_range=lo_hi, n_sims=500, steps=steps, batch=64, lr=3e-3,
+                                 kind="maf", transforms=1, hidden=(16,), generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(5)
+    theta, x, aux = npe._training_set(task, route, 500, lo_hi, gen)
+    flow = gbi.make_flow(2, 3, "maf", 1, (16,))
+    post = gbi.AmortizedPosterior(task, flow, theta.mean(0), theta.std(0), x.mean(0), x.std(0), lo_hi)
+    opt = torch.optim.Adam(flow.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    losses = []
+    for _ in range(steps):
+        loss = step_loss(post, theta, x, aux, 64, 8, lo_hi, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(flow.parameters(), 5.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    assert res.losses.tolist() == losses
+    assert all(torch.equal(a, b) for a, b in zip(res.posterior.parameters(), post.parameters(), strict=True))
+    assert not res.posterior.training
+
+
 def test_training_and_sampling_validate_their_inputs(g):
     task = gbi.TwoMoons()
     with pytest.raises(ValueError, match="route"):
@@ -323,3 +354,144 @@ def test_lorenz96_toy_noise_model(g):
     assert float(resid.std()) == pytest.approx(2.0, rel=0.03)  # σ / √β with β = 1/4
     want = stats.norm(s[0].numpy(), task.noise_std.numpy()).logpdf(x[0].numpy()).sum()
     assert float(task.log_likelihood(theta[0], x[0])) == pytest.approx(want, rel=1e-9)
+
+
+# -- the notebook's harness (repro.papers.gbi.experiment) ------------------------------------------------------
+
+class ExactGaussianPosterior:
+    """Stands in for a perfectly trained flow: draws the analytic power posterior (the harness is under test)."""
+
+    def __init__(self, task: gbi.GaussianLinear, seed: int):
+        self.task, self.gen = task, torch.Generator().manual_seed(seed)
+
+    def sample(self, x, beta, n):
+        return self.task.sample_power_posterior(x, beta, n, self.gen)
+
+
+def _exact_gaussian_setup(g, n_obs=2):
+    task = gbi.GaussianLinear(dim=2)
+    obs = task.simulate(task.sample_prior(n_obs, g), g)
+    fit = gbi.TrainResult(ExactGaussianPosterior(task, 7), "synth", 0, 1.0, 2.0, np.zeros(1))
+    spec = dict(n_obs=n_obs, betas=[0.1, 0.5, 2.0], reference="analytic", routes={"synth": (0.5, 2.0)},
+                mcmc_betas=[1.0], mcmc_obs=1)
+    trained = gbi.Trained({"gaussian_linear": task}, {"gaussian_linear": obs}, {("gaussian_linear", "synth"): fit})
+    refs = gbi.References(trained, {"gaussian_linear": spec}, n=500, grid=10,
+                          mcmc=dict(walkers=8, burn=100, thin=2), generator=g)
+    return task, trained, refs, {"gaussian_linear": spec}
+
+
+def test_accuracy_baselines_and_amortization_with_an_exact_posterior(g):
+    task, trained, refs, specs = _exact_gaussian_setup(g)
+    acc, samples = gbi.accuracy_table(trained, refs, specs)
+    assert len(acc) == 4 and sorted(set(acc.beta)) == [0.5, 2.0]  # β = 0.1 is outside the route's range
+    assert (acc.c2st < 0.6).all() and (acc.mmd2.abs() < 0.02).all()  # indistinguishable from the reference
+    for r in acc.itertuples():
+        assert np.abs(r.std_ratio - 1).max() < 0.15
+        assert r.trace == pytest.approx(0.1 * 2 / (1 + r.beta), rel=0.2)  # tr Cov = 0.1 d / (1 + β)
+        assert samples["gaussian_linear", "synth", r.obs, r.beta].shape == (500, 2)
+    assert refs.draw("gaussian_linear", 0, 0.5) is refs.draw("gaussian_linear", 0, 0.5)  # cached
+    floor, mcmc = gbi.baselines(refs, specs)
+    assert floor.beta.tolist() == [0.1, 2.0] and (floor.c2st < 0.6).all()
+    assert mcmc[["obs", "beta"]].values.tolist() == [[0, 1.0]] and (mcmc.c2st < 0.65).all()
+    timing, pairs = gbi.amortization(trained, acc, refs)
+    assert pairs.empty  # the emcee run (β = 1) has no flow query at the same (x, β)
+    acc2 = acc.copy()
+    acc2.loc[len(acc2)] = dict(task="gaussian_linear", route="synth", obs=0, beta=1.0, seconds=0.001)
+    timing, pairs = gbi.amortization(trained, acc2, refs)
+    t = timing["gaussian_linear"]
+    assert pairs[["obs", "beta"]].values.tolist() == [[0, 1.0]] and t["one_off_s"] == 3.0
+    assert t["mcmc_per_query_s"] == refs.runs["gaussian_linear", 0, 1.0, 0][1]
+    assert t["speedup_per_query"] == pytest.approx(t["mcmc_per_query_s"] / t["flow_per_query_s"])
+    q_star = t["break_even_queries"]  # one-off + Q* t_q = Q* t_MCMC (an emcee run takes far more than 1 ms)
+    assert np.isfinite(q_star) and 3.0 + q_star * t["flow_per_query_s"] == pytest.approx(q_star * t["mcmc_per_query_s"])
+    with pytest.raises(ValueError, match="n >= 10"):
+        gbi.References(trained, specs, n=5, grid=10, mcmc={}, generator=g)
+
+
+def test_ess_curves_follow_the_gaussian_formula(g):
+    task = gbi.GaussianLinear(dim=5, dtype=torch.float64)
+    curve, at = gbi.ess_curves({"gaussian_linear": task}, 100_000, [0.75, 1.0, 1.5], g, points=12)
+    assert len(curve) == 12 and curve.beta.iloc[0] == pytest.approx(0.1) and curve.beta.iloc[-1] == pytest.approx(2)
+    assert at["gaussian_linear"][1] == pytest.approx(1.0)  # β = 1: equal weights
+    for b, frac in zip([0.75, 1.5], at["gaussian_linear"][::2], strict=True):
+        assert frac == pytest.approx(float(gbi.gaussian_ess_fraction(b, 5)), abs=0.04)
+
+
+def test_weighted_iqr_matches_numpy_weighted_quantiles(g):
+    values = torch.rand(500, generator=g, dtype=torch.float64)
+    weights = torch.softmax(3 * torch.randn(500, generator=g, dtype=torch.float64), 0)
+    q25, q75 = np.quantile(values.numpy(), [0.25, 0.75], weights=weights.numpy(), method="inverted_cdf")
+    assert gbi.weighted_iqr(values, weights) == pytest.approx(q75 - q25, abs=1e-12)
+
+
+def test_mass_levels_are_the_gaussian_credible_region_levels():
+    # standard bivariate normal: the region {p ≥ ℓ} holds mass m when ℓ = (1 − m) / (2π)
+    t = np.linspace(-7, 7, 1401)
+    a, b = np.meshgrid(t, t)
+    dens = np.exp(-0.5 * (a**2 + b**2)) / (2 * np.pi)
+    levels = gbi.mass_levels(dens, (0.9, 0.5))
+    assert levels == pytest.approx([0.1 / (2 * np.pi), 0.5 / (2 * np.pi)], rel=0.01)
+    with pytest.raises(ValueError):
+        gbi.mass_levels(np.zeros((3, 3)))
+    with pytest.raises(ValueError):
+        gbi.mass_levels(dens, (1.0,))
+
+
+def test_crescent_widths_of_exact_draws_are_exact(g):
+    task = gbi.TwoMoons(dtype=torch.float64)
+    obs = task.simulate(task.sample_prior(1, g), g)
+    spec = {"two_moons": dict(n_obs=1, reference="grid")}
+    trained = gbi.Trained({"two_moons": task}, {"two_moons": obs}, {})
+    refs = gbi.References(trained, spec, n=3000, grid=600, mcmc={}, generator=g)
+    samples = {("two_moons", "synth", 0, b): refs.draw("two_moons", 0, b) for b in (0.5, 1.0)}
+    widths = gbi.crescent_widths(refs, samples, "two_moons", [0.5, 1.0])
+    assert widths.ratio.tolist() == pytest.approx([1.0, 1.0], abs=0.1)
+    assert widths.iqr_ratio.tolist() == pytest.approx([1.0, 1.0], abs=0.1)
+    assert widths.exact.iloc[0] > widths.exact.iloc[1]  # the crescent sharpens as β grows
+    dens = refs.radius_density("two_moons", 0, 1.0)
+    assert float((dens * np.diff(gbi.RADIUS_EDGES)).sum()) == pytest.approx(1.0)
+
+
+class GridSampler:
+    """Stands in for a perfectly trained flow on two moons: exact grid draws (the explorer's harness is tested)."""
+
+    def __init__(self, grid: gbi.GridPosterior, seed: int):
+        self.grid, self.gen = grid, torch.Generator().manual_seed(seed)
+
+    def sample(self, x, beta, n):
+        return self.grid.sample(beta, n, self.gen)
+
+
+def test_explorer_frames_of_exact_draws(g):
+    task = gbi.TwoMoons(dtype=torch.float64)
+    obs = task.simulate(task.sample_prior(1, g), g)
+    trained = gbi.Trained({"two_moons": task}, {"two_moons": obs}, {})
+    refs = gbi.References(trained, {"two_moons": dict(n_obs=1, reference="grid")}, n=4000, grid=600, mcmc={},
+                          generator=g)
+    trained.fits["two_moons", "synth"] = gbi.TrainResult(GridSampler(refs.grid("two_moons", 0), 3), "synth", 0,
+                                                         0.0, 0.0, np.zeros(1))
+    ex = gbi.explorer_frames(trained, refs, "two_moons", [0.25, 1.0], contour_grid=50)
+    assert ex.betas == [0.25, 1.0] and ex.grid.resolution == 50 and ex.ymax > 0
+    for b in ex.betas:
+        assert ex.q[b].shape == (4000, 2) and ex.r[b].shape == (4000,)
+        hist = np.histogram(ex.r[b], bins=ex.edges, density=True)[0]  # exact draws: their radii follow the law
+        assert np.abs(hist - ex.exact[b]).sum() * np.diff(ex.edges)[0] < 0.1  # total variation-like distance
+
+
+def test_mcmc_references_time_the_reference_runs(g):
+    # full mode's SLCP and Lorenz toy: the reference *is* emcee (seed 1000 + rep), and those runs are the timed
+    # baseline of the amortization comparison
+    task, trained, _, specs = _exact_gaussian_setup(g, n_obs=1)
+    specs["gaussian_linear"].update(reference="mcmc", mcmc_obs=0, betas=[0.5, 2.0])
+    refs = gbi.References(trained, specs, n=200, grid=10, mcmc=dict(walkers=8, burn=100, thin=2), generator=g)
+    acc, _ = gbi.accuracy_table(trained, refs, specs)
+    floor, mcmc = gbi.baselines(refs, specs)
+    assert mcmc.empty and sorted(refs.runs) == [("gaussian_linear", 0, 0.5, 1000), ("gaussian_linear", 0, 0.5, 1001),
+                                                 ("gaussian_linear", 0, 2.0, 1000)]
+    assert (acc.c2st < 0.65).all() and "std_ratio" not in acc
+    timing, pairs = gbi.amortization(trained, acc, refs)
+    assert pairs[["obs", "beta"]].values.tolist() == [[0, 0.5], [0, 2.0]]
+    assert timing["gaussian_linear"]["mcmc_per_query_s"] == pytest.approx(np.median(pairs.mcmc))
+    with pytest.raises(ValueError, match="unknown reference"):
+        specs["gaussian_linear"]["reference"] = "mystery"
+        refs.draw("gaussian_linear", 0, 1.0)

@@ -31,6 +31,7 @@ import torch
 import zuko
 from torch import nn
 
+from ...common.train import fit
 from .tasks import Task, _rand
 
 Tensor = torch.Tensor
@@ -182,11 +183,12 @@ def _training_set(task: Task, route: str, n_sims: int, beta_range, generator):
 def train_tempered_npe(task: Task, route: str = "synth", *, beta_range: tuple[float, float] = (0.1, 2.0),
                        n_sims: int = 20_000, steps: int = 1500, batch: int = 256, lr: float = 1e-3,
                        kind: str = "nsf", transforms: int = 3, hidden: tuple[int, ...] = (64, 64),
-                       betas_per_step: int = 8, snis: str = "resample", clip: float = 5.0,
+                       betas_per_step: int = 8, snis: str = "resample", clip: float | None = 5.0,
                        generator: torch.Generator | None = None) -> TrainResult:
     """Train q_φ(θ | x, β) on ``n_sims`` simulations by route ``"synth"`` (i) or ``"snis"`` (ii).
 
-    Adam with a cosine-decayed learning rate, ``steps`` minibatches of ``batch`` examples; route (ii) draws
+    Adam with a cosine-decayed learning rate and the gradients' global norm clipped at ``clip``, ``steps``
+    minibatches of ``batch`` examples, trained by :func:`repro.common.train.fit`; route (ii) draws
     ``betas_per_step`` temperatures per step, each with its own SNIS weights. Flow sampling and
     initialisation use torch's global RNG (seed it for reproducibility); data use ``generator``.
     """
@@ -208,20 +210,14 @@ def train_tempered_npe(task: Task, route: str = "synth", *, beta_range: tuple[fl
     t0 = time.perf_counter()
     flow = make_flow(task.theta_dim, task.x_dim + 1, kind, transforms, hidden).to(task.device, task.dtype)
     post = AmortizedPosterior(task, flow, theta.mean(0), theta.std(0), x.mean(0), x.std(0), (lo, hi))
-    opt = torch.optim.Adam(flow.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    losses = np.empty(steps)
     step_fn = _synth_loss if route == "synth" else (_snis_resample_loss if snis == "resample" else _snis_batch_loss)
-    for k in range(steps):
-        loss = step_fn(post, theta, x, aux, batch, betas_per_step, (lo, hi), generator)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(flow.parameters(), clip)
-        opt.step()
-        sched.step()
-        losses[k] = float(loss.detach())
-    post.eval()
-    return TrainResult(post, route, n_sims, sim_seconds, time.perf_counter() - t0, losses)
+
+    def step_loss(_: int) -> Tensor:  # draws its own minibatch (and, for route (ii), its temperatures)
+        return step_fn(post, theta, x, aux, batch, betas_per_step, (lo, hi), generator)
+
+    # the flow's parameters are the posterior's only parameters (the standardisation is kept in buffers)
+    losses = fit(post, step_loss, steps, lr=lr, optimizer="adam", schedule="cosine", clip=clip)
+    return TrainResult(post, route, n_sims, sim_seconds, time.perf_counter() - t0, np.asarray(losses))
 
 
 def _randint(high: int, size: tuple[int, ...], generator, device) -> Tensor:
