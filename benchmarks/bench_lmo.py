@@ -1,7 +1,7 @@
 """Muon's Newton–Schulz-5 against the exact spectral LMO (the SVD polar factor ``U Vᵀ``): time and distance.
 
-Run ``python benchmarks/lmo.py`` (CPU, under a minute on 2 cores) or, where a GPU is available,
-``python benchmarks/lmo.py --device cuda --dtype bfloat16 --big`` (adds 4096², NS5 in bfloat16 as Muon runs it).
+Run ``python benchmarks/bench_lmo.py`` (CPU, under a minute on 2 cores) or, where a GPU is available,
+``python benchmarks/bench_lmo.py --device cuda --dtype bfloat16 --big`` (adds 4096², NS5 in bfloat16 as Muon runs it).
 Writes ``results/bench-lmo.json``. For each shape it reports the seconds per call of ``newton_schulz5`` and of
 ``torch.linalg.svd`` + ``U @ Vh`` (same input, same dtype for the SVD: float32; LAPACK/cuSOLVER has no bfloat16),
 the time ratio, and how far NS5 lands from the polar factor: relative Frobenius distance, cosine, and the range of

@@ -101,7 +101,7 @@ def explorer(draw: Callable[..., None], frames: Sequence[Mapping[str, Any]] | No
         import ipywidgets as widgets
 
         def live(**values: Any) -> None:
-            fig, axes = plt.subplots(nrows, ncols, figsize=figsize)
+            fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained")
             _draw_into(draw, axes, values)
             plt.show()
 
@@ -111,7 +111,7 @@ def explorer(draw: Callable[..., None], frames: Sequence[Mapping[str, Any]] | No
     from matplotlib import animation
 
     with plt.rc_context({"savefig.dpi": EXPLORER_DPI, "savefig.bbox": None, "figure.dpi": EXPLORER_DPI}):
-        fig, axes = plt.subplots(nrows, ncols, figsize=figsize)
+        fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained")
         anim = animation.FuncAnimation(fig, lambda i: _draw_into(draw, axes, frame_list[i]),
                                        frames=len(frame_list), interval=interval_ms)
         html = anim.to_jshtml(default_mode="once")

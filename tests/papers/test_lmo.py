@@ -1,4 +1,4 @@
-"""repro.lmo against independent references: numpy/scipy norms and scipy's polar decomposition for the LMOs,
+"""repro.papers.lmo against independent references: numpy/scipy norms and scipy's polar decomposition for the LMOs,
 exhaustive enumeration of all τ-subsets for the τ-nice identities, a hand-written numpy loop for the optimizer,
 autograd for the least-squares gradients, brute force for the bound proxy."""
 
@@ -371,3 +371,86 @@ def test_proxy_step_is_the_closed_form_minimiser():
         K = 4096 / tau
         vals = L.bound_proxy(eta, alpha, K, 3.0, CONSTS.delta0, CONSTS.L)
         assert abs(math.log(eta[vals.argmin()] / float(CONSTS.step(tau, alpha, 4096)))) < 1e-3
+
+
+# ------------------------------------------------------------------ the notebook's harness
+
+def test_run_landscape_centres_the_lr_grid_on_the_proxy_step():
+    # the middle learning rate of each (τ, α) cell is the bound proxy's optimal step (ProxyConstants.step, its
+    # exact closed form) up to its small-α approximation, divided by the LMO's Euclidean step length √d for sign
+    probs = {"lin": L.linear_regression(64, 4, noise=0.5, seed=0, dtype=torch.float64)}
+    taus, alphas, N = [1, 4], [1 / 64, 1 / 128], 64
+    res = L.run_landscape(probs, [("lin", "l2"), ("lin", "sign")], taus, alphas, N, seeds=1, checkpoints=2,
+                          lr_count=3, lr_ratio=2.0, seed=1)
+    c = probs["lin"].proxy_constants()
+    for (_, lmo), r in res.items():
+        scale = 1.0 if lmo == "l2" else 2.0
+        for t_i, a_i in itertools.product(range(2), range(2)):
+            want = float(c.step(taus[t_i], alphas[a_i], N)) / scale
+            assert abs(r.lrs[t_i, a_i, 1] / want - 1) < 0.01
+            np.testing.assert_allclose(r.lrs[t_i, a_i], r.lrs[t_i, a_i, 1] * np.array([0.5, 1, 2]))
+    direct = L.run_grid(probs["lin"], "sign", taus, alphas, res["lin", "sign"].lrs, N, 1, 2, seed=1)
+    np.testing.assert_array_equal(direct.loss, res["lin", "sign"].loss)
+
+
+def test_summarize_recovers_a_known_diagonal_shift():
+    # synthetic landscape whose best α is 2^-6 · τ exactly (slope 1) and whose best lr is the middle one
+    taus, alphas = np.array([1, 2, 4, 8]), 2.0 ** -np.arange(7)
+    la, lt = np.log2(alphas), np.log2(taus)
+    final = (la[None, :] - (lt[:, None] - 6)) ** 2                     # (τ, α), minimum at log2 α = log2 τ − 6
+    lr_pen = np.array([1.0, 0.0, 2.0])
+    log10 = final[:, None, :, None, None] + lr_pen[None, None, None, :, None] + np.zeros((4, 3, 7, 3, 2)) - 5
+    res = L.GridResult(lmo="l2", taus=taus, alphas=alphas, lrs=np.ones((4, 7, 3)), samples=np.array([1, 2]),
+                       loss=10.0 ** log10)
+    s = L.summarize(res, temperature=0.01)
+    np.testing.assert_allclose(s.alpha_hat, 2.0 ** (lt - 6), rtol=1e-6)
+    assert math.isclose(s.slope, 1.0, rel_tol=1e-6) and math.isclose(s.ratio, 8.0, rel_tol=1e-6)
+    np.testing.assert_allclose(s.seed_slopes, [1.0] * 3, rtol=1e-6)
+    assert s.edge == 0.0
+
+
+def test_measured_sample_cost_against_a_loop():
+    rng = np.random.default_rng(0)
+    loss = 10.0 ** -np.cumsum(rng.uniform(0, 0.5, (4, 2, 3, 2, 8)), axis=-1)
+    res = L.GridResult(lmo="l2", taus=np.array([1, 2, 4, 8]), alphas=np.array([1.0, 0.5, 0.25]),
+                       lrs=np.ones((4, 3, 2)), samples=np.arange(1, 9) * 16, loss=loss)
+    m = L.measured_sample_cost(res, 0.3)
+    mean = np.log10(loss).mean(axis=1)                                # (τ, α, lr, ckpt)
+    best = np.array([min(mean[t, a, j, -1] for a in range(3) for j in range(2)) for t in range(4)])
+    np.testing.assert_allclose(m.best_final, best)
+    assert math.isclose(m.target, best.max() + 0.3)
+    for t in range(4):
+        first = next(k for k in range(8) if any(mean[t, a, j, k] <= m.target for a in range(3) for j in range(2)))
+        assert m.samples[t] == res.samples[first]
+    assert m.interior == bool(m.samples[1:-1].min() < min(m.samples[0], m.samples[-1]))
+
+
+def test_proxy_sample_cost_and_abc_rows():
+    prob = L.linear_regression(128, 3, noise=1.0, seed=4, dtype=torch.float64)
+    pc = L.proxy_sample_cost(prob, [0.3, 0.1], 0.1, points=50)
+    a, b = prob.a.numpy(), prob.b.numpy()
+    assert math.isclose(pc.grad0, np.linalg.norm(a.T @ b / 128), rel_tol=1e-10)    # ∇f(0) = −aᵀb/n
+    assert pc.taus[0] == 1 and pc.taus[-1] == 128 and (np.diff(pc.taus) > 0).all()
+    assert pc.tau_star == pc.taus[pc.cost[0.1].argmin()] and (pc.cost[0.1] >= pc.cost[0.3]).all()
+    with pytest.raises(ValueError, match="eps_main"):
+        L.proxy_sample_cost(prob, [0.3], 0.1)
+    rows = L.abc_rows({"p": prob}, [1, 8, 128], 1024)
+    v = np.array([(128 - t) / (t * 127) for t in (1, 8, 128)])
+    np.testing.assert_allclose([r["A"] for r in rows], v * (a**2).sum(1).max())
+    np.testing.assert_allclose([r["B"] for r in rows], 1 - v)
+    assert rows[-1]["A"] == 0 and rows[-1]["C"] == 0 and rows[-1]["σ_τ (proxy)"] == 0
+
+
+def test_proxy_alpha_min_step_against_a_per_tau_loop():
+    consts = L.ProxyConstants(delta0=10.0, L=2.0, L_max=40.0, delta_inf=0.3, n=32)
+    per_tau = [float(L.proxy_best(256 / t, consts.sigma(t), consts.delta0, consts.L)[1]) for t in range(1, 33)]
+    assert math.isclose(L.proxy_alpha_min_step(consts, 32, 256), float(np.diff(np.log2(per_tau)).min()))
+
+
+def test_ns5_inexactness():
+    r = L.ns5_inexactness(6, 4, count=50, seed=0, points=100)
+    assert math.isclose(float((r.sv_in**2).sum()), 1.0, rel_tol=1e-12)      # input scaled to unit Frobenius norm
+    assert r.sv_out.shape == (100,) and r.cosine.shape == (50,) and r.sv_random.shape == (200,)
+    assert 0.5 < r.sv_out[-1] < 1.5 and r.sv_out[0] < 0.1                     # tiny singular values stay short
+    assert (r.cosine > 0.8).all() and (r.cosine <= 1 + 1e-12).all()
+    assert 0.3 < r.sv_random.min() and r.sv_random.max() < 1.5

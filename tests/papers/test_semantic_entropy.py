@@ -1,4 +1,4 @@
-"""repro.semantic_entropy against independent references: scipy densities, Monte Carlo, exact quadrature,
+"""repro.papers.semantic_entropy against independent references: scipy densities, Monte Carlo, exact quadrature,
 Tweedie's formula, and limits that hold for any data (one-hot at no noise, the prior at full noise)."""
 
 from __future__ import annotations
@@ -160,3 +160,139 @@ def test_bad_input():
         se.mmse_gap_entropy(lambda *a: a[0], torch.zeros(2, 2), torch.zeros(2), torch.ones(3), VP, 0.0, form="x")
     with pytest.raises(ValueError, match="decreasing"):
         se.guided_trajectories(gmm(), torch.zeros(2, dtype=torch.long), 1.0, torch.linspace(0.1, 1, 5))
+
+
+# ------------------------------------------------------------------ training on repro.common.train.fit
+
+def _reference_training(X, y, seed):
+    """The hand-written loops the models were trained with before fit(): Adam, cosine annealing for the denoiser,
+    draws in the order index, log-SNR, noise (, label drop)."""
+    torch.manual_seed(seed)
+    model = se.ConditionalDenoiser(X.shape[1], 3, width=32)
+    gen = torch.Generator().manual_seed(seed + 1)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 30)
+    den = []
+    for _ in range(30):
+        idx = torch.randint(len(X), (16,), generator=gen)
+        x0, lab = X[idx], y[idx].clone()
+        lam = -9 + 18 * torch.rand(16, generator=gen, dtype=X.dtype)
+        t = VP.t_of_snr(lam.exp())
+        eps = torch.randn(x0.shape, generator=gen, dtype=X.dtype)
+        a, s = VP.alpha(t)[:, None], VP.sigma(t)[:, None]
+        lab[torch.rand(16, generator=gen) < 0.5] = 3
+        loss = ((model(a * x0 + s * eps, lam, lab) - (a * eps - s * x0)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        den.append(loss.item())
+    clf = se.NoisyClassifier(X.shape[1], 3, width=16)
+    opt = torch.optim.Adam(clf.parameters(), lr=2e-3)
+    cls = []
+    for _ in range(20):
+        idx = torch.randint(len(X), (16,), generator=gen)
+        lam = -9 + 18 * torch.rand(16, generator=gen, dtype=X.dtype)
+        t = VP.t_of_snr(lam.exp())
+        eps = torch.randn(X[idx].shape, generator=gen, dtype=X.dtype)
+        loss = torch.nn.functional.cross_entropy(clf(VP.alpha(t)[:, None] * X[idx] + VP.sigma(t)[:, None] * eps,
+                                                     lam), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        cls.append(loss.item())
+    return den, cls, list(model.parameters()) + list(clf.parameters())
+
+
+def test_training_on_fit_is_bit_identical_to_the_hand_written_loops():
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.randn(50, 4, generator=g), torch.arange(50) % 3
+    den_ref, cls_ref, params_ref = _reference_training(X, y, seed=2)
+    torch.manual_seed(2)
+    model = se.ConditionalDenoiser(4, 3, width=32)
+    gen = torch.Generator().manual_seed(3)
+    den = se.train_denoiser(model, X, y, VP, 30, batch=16, generator=gen)
+    clf = se.NoisyClassifier(4, 3, width=16)
+    cls = se.train_classifier(clf, X, y, VP, 20, batch=16, generator=gen)
+    assert den == den_ref and cls == cls_ref
+    for p, q in zip(list(model.parameters()) + list(clf.parameters()), params_ref, strict=True):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="VP"):
+        se.train_denoiser(model, X, y, VE, 1)
+    with pytest.raises(ValueError, match="NaN"):
+        se.train_classifier(clf, X * float("nan"), y, VP, 1)
+    with pytest.raises(ValueError, match="non-empty"):
+        se.train_classifier(clf, X[:0], y[:0], VP, 1)
+
+
+# ------------------------------------------------------------------ the notebook's harness
+
+def test_speciation_shift_is_half_log_d_and_ve_width_grows_like_sqrt_d():
+    # σ₀ = 1 under VP: S = 2 d e^{-2t}, so H depends on t − ½ ln d only (an exact shift, constant width)
+    sp = se.speciation_vp([16, 256, 4096], [1.0, 2.0], points=1500)
+    assert abs(sp.slopes[1.0] - 0.5) < 1e-3 and sp.width_spread[1.0] < 1e-2
+    assert sp.peaks[1.0, 4096] - sp.peaks[1.0, 16] == pytest.approx(0.5 * math.log(256), abs=5e-3)
+    assert sp.min_step >= -1e-12
+    # VE with σ ≫ 1: S ≈ 2d/σ², a function of σ/√d, so the FWHM in σ scales like √d
+    ve = se.ve_windows([1024, 16384], points=4000)
+    assert ve.sqrt_prediction == 4.0 and abs(ve.growth / 4.0 - 1) < 0.02
+
+
+def test_mmse_gap_check_with_exact_denoisers():
+    r = se.mmse_gap_check(16, 5000, 150, [0.5, 1.0, 2.0], torch.Generator().manual_seed(0))
+    assert r.idx == [int(torch.argmin((r.t - lv).abs())) for lv in (0.5, 1.0, 2.0)]
+    assert r.error < 0.03
+    assert se.two_class_mixture(9).means[0].square().sum() == pytest.approx(9.0)
+
+
+def test_coarse_before_fine_and_guidance_on_the_hierarchical_mixture():
+    gmm4, coarse = se.hierarchical_mixture()
+    cf = se.coarse_vs_fine(gmm4, coarse, 4000, 30, torch.Generator().manual_seed(1))
+    assert (cf.H_coarse <= cf.H_fine + 1e-12).all() and (cf.H_within >= -1e-12).all()
+    assert cf.t_coarse > cf.t_fine
+    gs = se.guidance_sweep(gmm4, [0.0, 3.0], n=200, steps=100, seed=2)
+    assert abs(float(gs.entropy[0.0][0]) - math.log(4)) < 0.05 and float(gs.entropy[0.0][-1]) < 0.5 * math.log(4)
+    assert gs.order_violations == 0 and 0 < gs.decision[0.0] <= gs.decision[3.0] < 4
+
+
+def test_entropy_per_point_averages_to_the_monte_carlo_entropy():
+    m = gmm(d=3, K=3)
+    x0, _ = m.sample(500, torch.Generator().manual_seed(3))
+    ts = torch.linspace(0.1, 2, 5, dtype=torch.float64)
+    per = se.entropy_per_point(lambda x, t: m.log_posterior(x, t, VP), x0, ts, seed=4)
+    mc = se.conditional_entropy_mc(lambda x, t: m.log_posterior(x, t, VP), x0, ts, VP, torch.Generator().manual_seed(4))
+    assert per.shape == (5, 500)
+    torch.testing.assert_close(per.mean(1), mc)
+
+
+def _toy_digits() -> se.Digits:
+    # four classes in two well-separated pairs: {0, 1} around +4 e₁, {2, 3} around −4 e₁, ±1 e₂ within a pair
+    g = torch.Generator().manual_seed(5)
+    centres = torch.tensor([[4.0, 1, 0, 0], [4, -1, 0, 0], [-4, 1, 0, 0], [-4, -1, 0, 0]])
+    y = torch.arange(80) % 4
+    X = centres[y] + 0.1 * torch.randn(80, 4, generator=g)
+    return se.Digits(X=X, y=y, prior_entropy=math.log(4))
+
+
+def test_digits_references_models_and_groups_on_a_toy_set():
+    data = _toy_digits()
+    ref = se.digits_reference(data, 16, torch.Generator().manual_seed(6))
+    assert float(ref.H_emp[0]) < 1e-3 and abs(float(ref.H_emp[-1]) - math.log(4)) < 0.02   # one-hot → prior
+    assert ref.window.any() and ref.tolerance >= round(ref.memorisation_gap, 3)
+    groups = se.digit_groups(data, ref, n_groups=2)
+    assert groups.groups[0] == groups.groups[1] != groups.groups[2] == groups.groups[3]
+    assert groups.t_coarse > groups.t_fine and all(0 < t < float(ref.t[-1]) for t in groups.decision.values())
+    state = torch.get_rng_state()
+    kw = dict(denoiser_steps=5, denoiser_width=16, clf_steps=5)
+    a = se.digits_model(data, ref, torch.Generator().manual_seed(7), 0, **kw)
+    b = se.digits_model(data, ref, torch.Generator().manual_seed(7), 0, **kw)
+    assert torch.equal(torch.get_rng_state(), state)              # torch's global generator is left as it was
+    assert a.losses == b.losses and torch.equal(a.H_model, b.H_model) and torch.equal(a.ce, b.ce)
+    assert a.bound_slack == pytest.approx(float((a.ce.double() - ref.H_emp).min()))
+
+
+def test_load_digits():
+    d = se.load_digits()
+    assert d.X.shape == (1797, 64) and d.X.dtype == torch.float32 and d.n_classes == 10
+    assert float(d.X.min()) == -1.0 and float(d.X.max()) == 1.0
+    assert abs(d.prior_entropy - math.log(10)) < 1e-3

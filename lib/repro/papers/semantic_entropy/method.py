@@ -1,25 +1,8 @@
-"""Class-conditional entropy H[Z | X_t] along a diffusion: exact for Gaussian mixtures, estimated by the MMSE gap.
+"""Exact class-conditional entropies of paper 16: noise schedules, Gaussian-mixture posteriors, denoisers and
+scores, the two-class quadrature, the empirical (training-set) posterior, the MMSE-gap estimator, the entropy rate
+and its peak, and classifier-free-guided probability-flow trajectories.
 
-Paper: F. Handke, D. Stančević, F. Koulischer, T. Demeester, L. Ambrogioni, "The Entropic Signature of Class
-Speciation in Diffusion Models", ICML 2026 (arXiv 2602.09651).
-Notebook: ``notebooks/16-diffusion-semantic-entropy.ipynb``.
-
-Forward processes ``x_t = a(t) x_0 + s(t) ε`` (:class:`VP`: ``a = e^{-t}``, ``s² = 1 − e^{-2t}``; :class:`VE`,
-which is also EDM's σ-time: ``a = 1``, ``s = t = σ``), signal-to-noise ratio ``γ = a²/s²``.
-
-* Exact posteriors: for a Gaussian mixture ``x_0 | y ~ N(μ_y, Σ_y)``, ``x_t | y ~ N(a μ_y, a² Σ_y + s² I)`` and
-  ``p(y | x_t)`` follows by Bayes (:class:`GaussianMixture`); the training set as a mixture of Diracs gives the
-  empirical posterior (:func:`empirical_log_posterior`), the ideal denoiser of that finite set.
-* Two symmetric classes ``±m`` with ``Σ = σ₀² I``: the log-likelihood ratio is ``N(S, 2S)`` given the class, with
-  ``S = 2a²‖m‖²/(a²σ₀² + s²)``, so ``H = E log(1 + e^{−L})``, a one-dimensional Gauss–Hermite integral
-  (:func:`entropy_two_class`).
-* MMSE gap (the I-MMSE identity for the Markov chain ``Y → X_0 → X_γ``):
-  ``H(Y | X_γ) = H(Y) − ½ ∫₀^γ E‖E[x₀|x_u] − E[x₀|x_u, y]‖² du``, i.e. the squared gap between the unconditional
-  and conditional denoisers — what a classifier-free-guided model evaluates anyway (:func:`mmse_gap_entropy`,
-  integrated in log-SNR with its Jacobian ``du = u dλ``).
-* Partitions ``π`` of the classes (coarse semantics) replace ``y`` by ``π(y)``: ``H[π(Z)|X_t] ≤ H[Z|X_t]``.
-* Entropy rate ``dH/dt``, its peak time and width (:func:`peak_time`, :func:`fwhm`), and classifier-free-guided
-  probability-flow trajectories (:func:`guided_trajectories`).
+See :mod:`repro.papers.semantic_entropy` for the formulas.
 """
 
 from __future__ import annotations
@@ -30,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 Tensor = torch.Tensor
 
@@ -357,133 +339,3 @@ def guided_trajectories(gmm: GaussianMixture, y: Tensor, w: float, t_grid: Tenso
         states.append(x)
         H.append(entropy(gmm.log_posterior(x, t1, sched)).mean())
     return torch.stack(states), torch.stack(H)
-
-
-# --------------------------------------------------------------------------------------------------------
-# A small class-conditional denoiser and a noisy classifier for data sets (digits)
-
-
-class FourierTime(nn.Module):
-    """Random Fourier features of ``log γ`` (the noise level), a common time embedding."""
-
-    def __init__(self, dim: int = 32, scale: float = 1.0, seed: int = 0):
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.register_buffer("freq", torch.randn(dim // 2, generator=g) * scale)
-
-    def forward(self, log_snr: Tensor) -> Tensor:
-        z = log_snr[:, None] * self.freq[None] * 2 * math.pi / 10
-        return torch.cat([z.sin(), z.cos()], dim=1)
-
-
-class ConditionalDenoiser(nn.Module):
-    """MLP v-predictor ``v̂(x_t, log γ, y)`` (``v = a ε − s x_0`` for VP) with a learned label embedding; label
-    ``n_classes`` means "no label" (classifier-free guidance's null token), so one network gives both ``D(x_t)``
-    and ``D(x_t, y)``.
-
-    Why v: in the MMSE-gap integrand per unit log-SNR, a label-dependent output error ``δ`` costs ``½ a² ‖δ‖²``
-    with v-prediction but ``½ ‖δ‖²`` with ε-prediction; at low SNR (``a → 0``), where the true information
-    rate is tiny, ε-prediction turns network noise into spurious information."""
-
-    def __init__(self, dim: int, n_classes: int, width: int = 512, depth: int = 3, time_dim: int = 32):
-        super().__init__()
-        self.n_classes = n_classes
-        self.time = FourierTime(time_dim)
-        self.label = nn.Embedding(n_classes + 1, time_dim)
-        layers: list[nn.Module] = []
-        d_in = dim + 2 * time_dim
-        for _ in range(depth):
-            layers += [nn.Linear(d_in, width), nn.SiLU()]
-            d_in = width
-        layers.append(nn.Linear(width, dim))
-        self.net = nn.Sequential(*layers)
-
-    def forward(self, x: Tensor, log_snr: Tensor, y: Tensor) -> Tensor:
-        return self.net(torch.cat([x, self.time(log_snr), self.label(y)], dim=1))
-
-    def denoise(self, x: Tensor, t: Tensor, sched: Schedule, y: Tensor | None) -> Tensor:
-        """``E[x_0 | x_t(, y)]`` from the v-prediction: ``a x_t − s v̂`` (VP, ``a² + s² = 1``); ``y=None``
-        uses the null label."""
-        a, s = sched.alpha(t), sched.sigma(t)
-        labels = torch.full((len(x),), self.n_classes, device=x.device) if y is None else y
-        log_snr = torch.full((len(x),), float(torch.log(sched.snr(t))), dtype=x.dtype, device=x.device)
-        return a * x - s * self(x, log_snr, labels)
-
-
-def train_denoiser(model: ConditionalDenoiser, X: Tensor, y: Tensor, sched: Schedule, steps: int,
-                   batch: int = 256, lr: float = 2e-3, p_uncond: float = 0.5,
-                   log_snr_range: tuple[float, float] = (-9.0, 9.0),
-                   generator: torch.Generator | None = None) -> list[float]:
-    """Denoising score matching (v-prediction MSE, VP schedule only) with log-SNR uniform on ``log_snr_range`` and
-    the label dropped with probability ``p_uncond``. Returns the loss curve."""
-    if len(X) == 0 or steps < 1:
-        raise ValueError("need a non-empty data set and at least one step")
-    if not isinstance(sched, VP):
-        raise ValueError("the v-prediction denoiser is defined for the VP schedule")
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched_lr = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    lo, hi = log_snr_range
-    losses = []
-    for _ in range(steps):
-        idx = torch.randint(len(X), (batch,), generator=generator, device=X.device)
-        x0, lab = X[idx], y[idx].clone()
-        lam = lo + (hi - lo) * torch.rand(batch, generator=generator, dtype=X.dtype, device=X.device)
-        t = sched.t_of_snr(lam.exp())
-        eps = torch.randn(x0.shape, generator=generator, dtype=X.dtype, device=X.device)
-        a, s = sched.alpha(t)[:, None], sched.sigma(t)[:, None]
-        xt = a * x0 + s * eps
-        drop = torch.rand(batch, generator=generator, device=X.device) < p_uncond
-        lab[drop] = model.n_classes
-        loss = ((model(xt, lam, lab) - (a * eps - s * x0)) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched_lr.step()
-        losses.append(loss.item())
-    return losses
-
-
-class NoisyClassifier(nn.Module):
-    """MLP classifier ``q(y | x_t, log γ)``; its cross-entropy upper-bounds ``H(Y | X_t)``."""
-
-    def __init__(self, dim: int, n_classes: int, width: int = 256, time_dim: int = 32):
-        super().__init__()
-        self.time = FourierTime(time_dim, seed=1)
-        self.net = nn.Sequential(nn.Linear(dim + time_dim, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
-                                 nn.Linear(width, n_classes))
-
-    def forward(self, x: Tensor, log_snr: Tensor) -> Tensor:
-        return self.net(torch.cat([x, self.time(log_snr)], dim=1))
-
-
-def train_classifier(model: NoisyClassifier, X: Tensor, y: Tensor, sched: Schedule, steps: int, batch: int = 256,
-                     lr: float = 2e-3, log_snr_range: tuple[float, float] = (-9.0, 9.0),
-                     generator: torch.Generator | None = None) -> list[float]:
-    """Cross-entropy training on noised inputs at log-SNR uniform on ``log_snr_range``."""
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    lo, hi = log_snr_range
-    losses = []
-    for _ in range(steps):
-        idx = torch.randint(len(X), (batch,), generator=generator, device=X.device)
-        lam = lo + (hi - lo) * torch.rand(batch, generator=generator, dtype=X.dtype, device=X.device)
-        t = sched.t_of_snr(lam.exp())
-        eps = torch.randn(X[idx].shape, generator=generator, dtype=X.dtype, device=X.device)
-        xt = sched.alpha(t)[:, None] * X[idx] + sched.sigma(t)[:, None] * eps
-        loss = nn.functional.cross_entropy(model(xt, lam), y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-@torch.no_grad()
-def classifier_cross_entropy(model: NoisyClassifier, X: Tensor, y: Tensor, t_grid: Tensor, sched: Schedule,
-                             generator: torch.Generator | None = None) -> Tensor:
-    """``E[−log q(y | x_t)]`` on ``t_grid`` (an upper bound on ``H(Y | X_t)``)."""
-    eps = torch.randn(X.shape, generator=generator, dtype=X.dtype, device=X.device)
-    out = []
-    for t in t_grid:
-        lam = torch.full((len(X),), float(torch.log(sched.snr(t))), dtype=X.dtype, device=X.device)
-        out.append(nn.functional.cross_entropy(model(sched.noise(X, t, eps), lam), y))
-    return torch.stack(out)

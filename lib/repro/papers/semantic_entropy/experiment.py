@@ -1,0 +1,323 @@
+"""Experiment harness of notebook 16: the speciation scale of the entropy rate (VP and VE), the MMSE-gap check,
+coarse-before-fine on a hierarchical mixture, guidance, and the digits analogue (references fixed before training,
+the trained model, per-digit decisions and data-driven digit groups). Functions that take a generator consume it
+in the notebook's original order, so calling them in the notebook's order reproduces its numbers exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .method import (
+    VE,
+    VP,
+    GaussianMixture,
+    Schedule,
+    Tensor,
+    conditional_entropy_mc,
+    crossing_time,
+    empirical_log_posterior,
+    entropy,
+    entropy_rate,
+    entropy_two_class,
+    fwhm,
+    guided_trajectories,
+    mmse_gap_entropy,
+    peak_time,
+    two_class_snr_statistic,
+)
+from .models import ConditionalDenoiser, NoisyClassifier, classifier_cross_entropy, train_classifier, train_denoiser
+from .problems import Digits, two_class_mixture
+
+# --------------------------------------------------------------------------------------------------------------
+# Speciation: the entropy rate of two classes ±m, ‖m‖² = d, under VP and VE
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Speciation:
+    """VP entropy curves ``curves[σ₀, d] = (H, dH/dt)`` on the time grid ``t``, the rate's ``peaks`` and FWHM
+    ``widths``; per class width σ₀ the fitted ``slopes`` of ``t*`` on ``ln d`` and the FWHM ``width_spread``
+    (max/min − 1 over d); ``min_step``, the smallest step of any exact ``H`` along forward time."""
+
+    t: Tensor
+    dims: list[int]
+    curves: dict[tuple[float, int], tuple[Tensor, Tensor]]
+    peaks: dict[tuple[float, int], float]
+    widths: dict[tuple[float, int], float]
+    slopes: dict[float, float]
+    width_spread: dict[float, float]
+    min_step: float
+
+
+def speciation_vp(dims: Sequence[int], class_widths: Sequence[float], points: int) -> Speciation:
+    """Exact ``H[Y | X_t]`` (:func:`entropy_two_class`) on ``points`` VP times up to ``½ ln d_max + 4``."""
+    dims = list(dims)
+    t = torch.linspace(1e-3, 0.5 * math.log(max(dims)) + 4, points, dtype=torch.float64)
+    curves, peaks, widths = {}, {}, {}
+    for w0 in class_widths:
+        for d in dims:
+            H = entropy_two_class(two_class_snr_statistic(t, VP(), float(d), w0**2))
+            rate = entropy_rate(H, t)
+            curves[w0, d] = (H, rate)
+            peaks[w0, d] = peak_time(t, rate)
+            widths[w0, d] = fwhm(t, rate)
+    log_d = np.log(dims)
+    slopes = {w0: float(np.polyfit(log_d, [peaks[w0, d] for d in dims], 1)[0]) for w0 in class_widths}
+    spread = {w0: max(widths[w0, d] for d in dims) / min(widths[w0, d] for d in dims) - 1 for w0 in class_widths}
+    min_step = min(float(torch.diff(curves[k][0]).min()) for k in curves)
+    return Speciation(t=t, dims=dims, curves=curves, peaks=peaks, widths=widths, slopes=slopes,
+                      width_spread=spread, min_step=min_step)
+
+
+@dataclass
+class VEWindows:
+    """VE (σ-time) entropy rates ``rates[d]`` on the noise grid ``sigma``, the FWHM in σ ``widths[d]``, its
+    ``growth`` from the smallest to the largest d and the ``√d`` ratio that predicts it."""
+
+    sigma: Tensor
+    rates: dict[int, Tensor]
+    widths: dict[int, float]
+    growth: float
+    sqrt_prediction: float
+
+
+def ve_windows(dims: Sequence[int], points: int = 6000) -> VEWindows:
+    """Two classes (σ₀ = 1) under VE: ``S = 2‖m‖²/(1 + σ²)`` on ``points`` log-spaced σ up to ``50 √d_max``."""
+    dims = list(dims)
+    sig = torch.logspace(-2, math.log10(50 * math.sqrt(max(dims))), points, dtype=torch.float64)
+    rates, widths = {}, {}
+    for d in dims:
+        H_ve = entropy_two_class(two_class_snr_statistic(sig, VE(), float(d), 1.0))
+        rates[d] = entropy_rate(H_ve, sig)
+        widths[d] = fwhm(sig, rates[d])
+    return VEWindows(sigma=sig, rates=rates, widths=widths, growth=widths[dims[-1]] / widths[dims[0]],
+                     sqrt_prediction=math.sqrt(dims[-1] / dims[0]))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The MMSE gap with exact denoisers; coarse before fine; guidance
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GapCheck:
+    """MMSE-gap entropy ``H_gap`` and the exact ``H_exact`` on the time grid ``t`` (CPU), the indices ``idx`` of the
+    checked noise levels and the largest absolute error there, ``error``."""
+
+    t: Tensor
+    H_gap: Tensor
+    H_exact: Tensor
+    idx: list[int]
+    error: float
+
+
+def mmse_gap_check(d: int, n: int, points: int, levels: Sequence[float], generator: torch.Generator, *,
+                   device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> GapCheck:
+    """:func:`mmse_gap_entropy` fed with the exact denoisers of :func:`two_class_mixture` (``n`` samples, VP times
+    in ``[0.02, 12]``) against :func:`entropy_two_class`, compared at the grid points nearest to ``levels``.
+    Draws the samples, then the noise, from ``generator``."""
+    gmm = two_class_mixture(d, device=device, dtype=dtype)
+    x0, y0 = gmm.sample(n, generator)
+    grid = torch.linspace(0.02, 12, points, dtype=dtype, device=device)
+    H_gap = mmse_gap_entropy(lambda x, tt, lab: gmm.denoiser(x, tt, VP(), lab), x0, y0, grid, VP(),
+                             gmm.prior_entropy, generator).cpu()
+    H_exact = entropy_two_class(two_class_snr_statistic(grid.cpu().double(), VP(), float(d)))
+    idx = [int(torch.argmin((grid.cpu() - lv).abs())) for lv in levels]
+    return GapCheck(t=grid.cpu(), H_gap=H_gap, H_exact=H_exact, idx=idx,
+                    error=float((H_gap[idx] - H_exact[idx]).abs().max()))
+
+
+@dataclass
+class CoarseFine:
+    """Monte-Carlo entropies of the fine label, of a coarse partition and of the subclass given the group
+    (``H_within = H_fine − H_coarse``) on the time grid ``t`` (CPU), and the peak times of their rates."""
+
+    t: Tensor
+    H_fine: Tensor
+    H_coarse: Tensor
+    H_within: Tensor
+    t_fine: float
+    t_coarse: float
+    t_within: float
+
+
+def coarse_vs_fine(gmm: GaussianMixture, partition: Tensor, n: int, points: int,
+                   generator: torch.Generator) -> CoarseFine:
+    """``H[Z | X_t]`` and ``H[π(Z) | X_t]`` on ``points`` VP times in ``[0.02, 4]`` from ``n`` samples, both with
+    the same noise draw (common random numbers). Draws the samples, then the noise seed, from ``generator``."""
+    dev, dt = gmm.means.device, gmm.means.dtype
+    xh, _ = gmm.sample(n, generator)
+    th = torch.linspace(0.02, 4, points, dtype=dt, device=dev)
+    seed_h = int(torch.randint(2**31, (1,), generator=generator, device=dev))
+    H_fine = conditional_entropy_mc(lambda x, tt: gmm.log_posterior(x, tt, VP()), xh, th, VP(),
+                                    torch.Generator(device=dev).manual_seed(seed_h)).cpu()
+    H_coarse = conditional_entropy_mc(lambda x, tt: gmm.log_posterior(x, tt, VP(), partition), xh, th, VP(),
+                                      torch.Generator(device=dev).manual_seed(seed_h)).cpu()
+    H_within = H_fine - H_coarse  # H[Z | X_t, π(Z)], the subclass decision inside a superclass
+    tc = th.cpu()
+    return CoarseFine(t=tc, H_fine=H_fine, H_coarse=H_coarse, H_within=H_within,
+                      t_fine=peak_time(tc, entropy_rate(H_fine, tc)),
+                      t_coarse=peak_time(tc, entropy_rate(H_coarse, tc)),
+                      t_within=peak_time(tc, entropy_rate(H_within, tc)))
+
+
+@dataclass
+class GuidanceSweep:
+    """Mean unguided posterior entropy ``entropy[w]`` along guided trajectories on the decreasing time grid ``t``
+    (CPU), the decision time ``decision[w]`` (where it falls to ``½ ln K``), and the number of consecutive weights
+    where the decision time decreases, ``order_violations``."""
+
+    t: Tensor
+    entropy: dict[float, Tensor]
+    decision: dict[float, float]
+    order_violations: int
+
+
+def guidance_sweep(gmm: GaussianMixture, weights: Sequence[float], n: int, steps: int, seed: int) -> GuidanceSweep:
+    """:func:`guided_trajectories` of ``n`` samples of class 0 for each guidance weight, ``steps`` Heun steps
+    from t = 4 to 1e-3, every weight from the same initial noise (a generator seeded with ``seed``)."""
+    dev, dt = gmm.means.device, gmm.means.dtype
+    tg = torch.linspace(4.0, 1e-3, steps, dtype=dt, device=dev)
+    y_target = torch.zeros(n, dtype=torch.long, device=dev)
+    half = 0.5 * math.log(gmm.means.shape[0])
+    guided, decision = {}, {}
+    for w in weights:
+        _, Hw = guided_trajectories(gmm, y_target, w, tg, torch.Generator(device=dev).manual_seed(seed))
+        guided[w] = Hw.cpu()
+        decision[w] = crossing_time(tg.flip(0).cpu(), guided[w].flip(0), half)
+    violations = int(sum(decision[b] < decision[a] for a, b in zip(weights, weights[1:], strict=False)))
+    return GuidanceSweep(t=tg.cpu(), entropy=guided, decision=decision, order_violations=violations)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Digits: references fixed before training, the trained model, per-digit decisions and digit groups
+# --------------------------------------------------------------------------------------------------------------
+
+
+def entropy_per_point(log_posterior: Callable[[Tensor, Tensor], Tensor], X: Tensor, t_grid: Tensor, seed: int,
+                      sched: Schedule | None = None) -> Tensor:
+    """Entropy of ``log_posterior(x_t, t)`` for every point of ``X`` at every time of ``t_grid``, one noise draw
+    (from ``seed``) reused at every t: shape ``(T, n)``, on the CPU."""
+    sched = sched or VP()
+    eps = torch.randn(X.shape, generator=torch.Generator(device=X.device).manual_seed(seed), dtype=X.dtype,
+                      device=X.device)
+    return torch.stack([entropy(log_posterior(sched.noise(X, tt, eps), tt)) for tt in t_grid]).cpu()
+
+
+@dataclass
+class DigitsReference:
+    """The exact empirical posterior's entropy per time and point ``per_emp`` (``(T, n)``), its mean ``H_emp`` and
+    standard error ``se_emp``, the leave-one-out ``H_loo``, the transition ``window`` (``H_emp`` within 1–99 % of
+    the prior), the ``memorisation_gap`` and C6's ``tolerance`` (gap + 3 SE); ``t`` (on the data's device),
+    the ``seed`` of the shared noise draw and ``X64``, the digits in the working dtype."""
+
+    t: Tensor
+    seed: int
+    X64: Tensor
+    per_emp: Tensor
+    H_emp: Tensor
+    H_loo: Tensor
+    se_emp: Tensor
+    window: Tensor
+    memorisation_gap: float
+    tolerance: float
+
+
+def digits_reference(data: Digits, levels: int, generator: torch.Generator,
+                     dtype: torch.dtype = torch.float64) -> DigitsReference:
+    """References fixed before any training: the empirical and leave-one-out posteriors' entropies on ``levels``
+    VP times with log-SNR uniform in ``[-8, 8]``; draws the noise seed from ``generator``."""
+    dev = data.X.device
+    Xd = data.X.to(dtype)
+    lam = torch.linspace(-8, 8, levels, dtype=dtype)
+    td = VP().t_of_snr(lam.exp()).flip(0).to(dev)  # increasing t
+    seed = int(torch.randint(2**31, (1,), generator=generator, device=dev))
+    k = data.n_classes
+    per_emp = entropy_per_point(lambda x, tt: empirical_log_posterior(Xd, data.y, x, tt, VP(), k), Xd, td, seed)
+    per_loo = entropy_per_point(lambda x, tt: empirical_log_posterior(Xd, data.y, x, tt, VP(), k, exclude_self=True),
+                                Xd, td, seed)
+    H_emp, H_loo = per_emp.mean(1), per_loo.mean(1)
+    se_emp = per_emp.std(1) / math.sqrt(per_emp.shape[1])
+    window = (H_emp > 0.01 * data.prior_entropy) & (H_emp < 0.99 * data.prior_entropy)
+    gap = float((H_emp - H_loo).abs()[window].max())
+    return DigitsReference(t=td, seed=seed, X64=Xd, per_emp=per_emp, H_emp=H_emp, H_loo=H_loo, se_emp=se_emp,
+                           window=window, memorisation_gap=gap,
+                           tolerance=round(gap + 3 * float(se_emp[window].max()), 3))
+
+
+@dataclass
+class DigitsModel:
+    """The trained denoiser's ``losses`` and MMSE-gap entropy ``H_model``, the noisy classifier's cross-entropy
+    ``ce``, the largest ``|H_model − H_emp|`` in the window (``model_gap``), the ``spurious`` information below
+    zero at higher SNR than the window, and ``bound_slack = min(ce − H_emp)``."""
+
+    losses: list[float]
+    H_model: Tensor
+    ce: Tensor
+    model_gap: float
+    spurious: float
+    bound_slack: float
+
+
+def digits_model(data: Digits, ref: DigitsReference, generator: torch.Generator, seed: int, *,
+                 denoiser_steps: int, denoiser_width: int, clf_steps: int) -> DigitsModel:
+    """Train the :class:`ConditionalDenoiser` (initialised from torch's global generator seeded with ``seed``,
+    restored afterwards) and the :class:`NoisyClassifier` on the digits, batches drawn from ``generator``;
+    evaluate both on the reference's times with its noise draw."""
+    dev, dim, k = data.X.device, data.X.shape[1], data.n_classes
+    t32 = ref.t.float()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ConditionalDenoiser(dim, k, width=denoiser_width).to(dev)
+        losses = train_denoiser(model, data.X, data.y, VP(), denoiser_steps, generator=generator)
+        with torch.no_grad():
+            H_model = mmse_gap_entropy(lambda x, tt, lab: model.denoise(x, tt, VP(), lab), data.X, data.y, t32, VP(),
+                                       data.prior_entropy,
+                                       torch.Generator(device=dev).manual_seed(ref.seed)).cpu().double()
+        clf = NoisyClassifier(dim, k).to(dev)
+        train_classifier(clf, data.X, data.y, VP(), clf_steps, generator=generator)
+    ce = classifier_cross_entropy(clf, data.X, data.y, t32, VP(), torch.Generator(device=dev).manual_seed(ref.seed))
+    ce = ce.cpu()
+    tc = ref.t.cpu()
+    high_snr = tc < float(tc[ref.window].min())
+    return DigitsModel(losses=losses, H_model=H_model, ce=ce,
+                       model_gap=float((H_model - ref.H_emp).abs()[ref.window].max()),
+                       spurious=float(-H_model[high_snr].min()) if high_snr.any() else 0.0,
+                       bound_slack=float((ce.double() - ref.H_emp).min()))
+
+
+@dataclass
+class DigitGroups:
+    """Per digit the time at which its mean empirical entropy falls to ``½ ln 10`` (``decision``), the
+    data-driven ``groups`` of the classes, the coarse entropy ``H_coarse`` and the rate-peak times of the
+    coarse and fine labels."""
+
+    decision: dict[int, float]
+    groups: np.ndarray
+    H_coarse: Tensor
+    t_coarse: float
+    t_fine: float
+
+
+def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3) -> DigitGroups:
+    """Per-digit decision times from the exact empirical posterior, and ``n_groups`` superclasses from
+    agglomerative clustering (scikit-learn, Ward) of the class means, against the fine label."""
+    from sklearn.cluster import AgglomerativeClustering
+
+    k, tc = data.n_classes, ref.t.cpu()
+    half = 0.5 * math.log(k)
+    decision = {c: crossing_time(tc, ref.per_emp[:, (data.y == c).cpu()].mean(1), half) for c in range(k)}
+    means = torch.stack([data.X[data.y == c].mean(0) for c in range(k)]).cpu().numpy()
+    groups = AgglomerativeClustering(n_clusters=n_groups).fit_predict(means)
+    part = torch.as_tensor(groups, device=data.X.device)
+    H_coarse = entropy_per_point(lambda x, tt: empirical_log_posterior(ref.X64, data.y, x, tt, VP(), k, part),
+                                 ref.X64, ref.t, ref.seed).mean(1)
+    return DigitGroups(decision=decision, groups=groups, H_coarse=H_coarse,
+                       t_coarse=peak_time(tc, entropy_rate(H_coarse, tc)),
+                       t_fine=peak_time(tc, entropy_rate(ref.H_emp, tc)))
