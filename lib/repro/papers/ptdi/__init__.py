@@ -1,0 +1,76 @@
+"""Provable training-data identification: conformal p-values, π₀ estimation, BH with FIR control.
+
+Paper: Z. Liu, H. Zeng, W. Huang, H. Wei, "Provable Training Data Identification for Large Language Models",
+ICML 2026 (arXiv 2510.09717 v2; v1: "High-Power Training Data Identification with Provable Statistical
+Guarantees"). Notebook: ``notebooks/11-ptdi.ipynb``.
+
+PTDI selects, from a test set mixing a model's training data (members, share π₁) and unseen data, a subset whose
+false identification rate FIR = E[#non-members selected / max(#selected, 1)] is at most α, distribution-free:
+(1) a conformal p-value per test point against a calibration set of known non-members, (2) an estimate π̂₀ of
+the non-member share of the test set, (3) Benjamini–Hochberg at level α on the scaled p-values π̂₀·p.
+
+Public code checked against: none is public (searched by name and by "JKBB"); the conformal p-values, BH and
+Storey's estimator are checked against statsmodels and hand computations in ``tests/papers/test_ptdi.py``.
+
+Deliberate deviations:
+
+* **JKBB is a reconstruction.** Only the name "Jackknife-corrected Beta boundary" is public. Here: a per-λ
+  Clopper–Pearson (Beta-quantile) upper bound on π₀ from the count of p-values above λ, jackknifed per λ, then
+  the minimum over λ ∈ {0.5, …, 0.9}, clipped to [0, 1] (:func:`jkbb_pi0`). Jackknifing the minimum instead is
+  not monotone in the p-values, so we jackknife each boundary; these choices were made on a development seed
+  before the notebook's claims were computed.
+* No LLM: the scores are synthetic (two laws) and the membership pipeline is an over-fitted MLP on scikit-learn's
+  bundled digits; Min-K% Prob and the zlib ratio are implemented and unit-tested but not used by the notebook.
+
+Layout: :mod:`.method` (the statistics), :mod:`.problems` (score laws, the digits pipeline), :mod:`.experiment`
+(the notebook's harness).
+"""
+
+from .experiment import (
+    ESTIMATORS,
+    METHODS,
+    DigitsStudy,
+    Example,
+    Pi0Curve,
+    Selection,
+    Study,
+    digits_pvalues,
+    digits_study,
+    example,
+    pi1_curve,
+    select_all,
+    synthetic_study,
+)
+from .method import (
+    DEFAULT_LAMS,
+    beta_boundary_pi0,
+    bh_select,
+    conformal_pvalues,
+    estimate_pi0,
+    fir_power,
+    jackknife_correct,
+    jkbb_pi0,
+    min_k_prob,
+    ptdi_select,
+    scaled_bh,
+    storey_pi0,
+    zlib_ratio,
+)
+from .problems import (
+    LAWS,
+    DigitsScores,
+    ScoreLaw,
+    auc,
+    digits_membership,
+    draw_scores,
+    resample_membership,
+    score_law,
+)
+
+__all__ = [
+    "DEFAULT_LAMS", "ESTIMATORS", "LAWS", "METHODS", "DigitsScores", "DigitsStudy", "Example", "Pi0Curve",
+    "ScoreLaw", "Selection", "Study", "auc", "beta_boundary_pi0", "bh_select", "conformal_pvalues",
+    "digits_membership", "digits_pvalues", "digits_study", "draw_scores", "estimate_pi0", "example", "fir_power",
+    "jackknife_correct", "jkbb_pi0", "min_k_prob", "pi1_curve", "ptdi_select", "resample_membership",
+    "scaled_bh", "score_law", "select_all", "storey_pi0", "synthetic_study", "zlib_ratio",
+]
