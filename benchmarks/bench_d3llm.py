@@ -1,4 +1,4 @@
-"""Benchmark of the dLLM decoders of paper 03 (d3LLM; ``repro.d3llm``) on one small trained model.
+"""Benchmark of the dLLM decoders of paper 03 (d3LLM; ``repro.papers.d3llm``) on one small trained model.
 
 Tokens per forward (TPF) and wall-clock tokens per second of vanilla decoding (one token per forward), Fast-dLLM's
 single-block confidence threshold and d3LLM's entropy-based multi-block decoding at two entropy thresholds,
@@ -15,7 +15,7 @@ which is per prompt); ``batched`` decodes all prompts in one batch (no cache). T
 so the wall-clock speed-up follows the number of forwards, and a KV cache saves positions (compute) rather
 than time; on a large model and long answers the cache saves time as well.
 
-Run: ``.venv/bin/python benchmarks/d3llm.py`` (about 2 minutes on 2 CPU cores; ``--device cuda`` on a GPU).
+Run: ``.venv/bin/python benchmarks/bench_d3llm.py`` (about 2 minutes on 2 CPU cores; ``--device cuda`` on a GPU).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from collections.abc import Callable
 import torch
 
 from repro import bench
-from repro.common.nn import TransformerConfig
 from repro.papers import d3llm as D
 
 TASK = D.ChainTask(n_operands=6, modulus=7, eos_pad=2)
@@ -37,15 +36,9 @@ MB = dict(mask_id=TASK.mask_id, eos_id=TASK.eos_id, early_stop=True, block_add_t
 
 
 def train_model(seed: int, device: torch.device) -> D.Denoiser:
-    """The notebook's quick teacher: 250 autoregressive + 350 masked-diffusion steps, batch 64."""
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(vocab_size=TASK.vocab_size, max_len=TASK.prompt_len + TASK.answer_len, d_model=128,
-                            n_layers=3, n_heads=4)
-    model = D.Denoiser(cfg, TASK.mask_id).to(device)
-    g = torch.Generator().manual_seed(seed)
-    D.train_autoregressive(model, TASK, steps=250, batch=64, generator=g)
-    D.train_diffusion(model, TASK, steps=350, batch=64, generator=g)
-    return model
+    """The notebook's quick teacher (:func:`repro.papers.d3llm.train_teacher` with the quick recipe): 250
+    autoregressive + 350 masked-diffusion steps, batch 64."""
+    return D.train_teacher(TASK, D.Recipe(), seed, device)[0]
 
 
 def decoders(model: D.Denoiser, thresholds: list[float]) -> dict[str, tuple[Callable, bool]]:

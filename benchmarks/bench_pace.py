@@ -1,6 +1,7 @@
-"""Benchmark of the PACE codec (paper 09, ``repro.pace``): rate and encode/decode throughput per codec and mode.
+"""Benchmark of the PACE codec (paper 09, ``repro.papers.pace``): rate and encode/decode throughput per codec and
+mode.
 
-On the same synthetic 64-beam scans (``repro.pace.lidar``) at octree depths 9 and 10: Draco (DracoPy,
+On the same synthetic 64-beam scans (``repro.papers.pace.lidar``) at octree depths 9 and 10: Draco (DracoPy,
 ``quantization_bits`` = depth, ``compression_level`` = 10), the parent-context count table, the ancestor MLP, and
 one PACE checkpoint decoded fully parallel (``fp``), in 2 / 4 / 8 stages and autoregressively (``ar``). Every
 stream is real (bytes out, bytes in; the octree codecs are checked bit-exact). The rows give the median decoding

@@ -111,7 +111,7 @@ def test_ci_runs_the_readme_test_command():
 
 # ------------------------------------------------------------------ the house rules of the notebook API
 # Notebooks not yet moved to the house rules (the architecture issue's refactor); shrinks to nothing.
-LEGACY = {"03-d3llm", "09-pace-lidar"}
+LEGACY: set[str] = set()
 MAX_CELL_LINES = 40
 DOTTED = re.compile(r"`(repro(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
 

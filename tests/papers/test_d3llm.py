@@ -1,6 +1,7 @@
-"""Tests of ``repro.d3llm`` against independent references: AUP against the paper's leaderboard numbers and a
-hand-written formula, an oracle denoiser, reductions of multi-block decoding to sequential decoding, the KV-cache
-decoder against the no-cache decoder, EOS early stopping, pseudo-trajectory masks worked by hand."""
+"""Tests of ``repro.papers.d3llm`` against independent references: AUP against the paper's leaderboard numbers and
+a hand-written formula, an oracle denoiser, reductions of multi-block decoding to sequential decoding, the KV-cache
+decoder against the no-cache decoder, EOS early stopping, pseudo-trajectory masks worked by hand; the notebook's
+harness (curves, AUP table, KV sweep, teacher and distillation) against the decoders and formulas it composes."""
 
 from __future__ import annotations
 
@@ -373,3 +374,93 @@ def test_training_loops_run_and_lower_the_loss():
     hist = D.train_d3llm(model, prompt, answer, order, steps=3, batch=8, block_sizes=[2], generator=g)
     assert len(hist) == 3 and all(math.isfinite(h["loss"]) for h in hist)
     assert not model.training
+
+
+def test_train_d3llm_refuses_an_empty_trajectory_set():
+    model = random_denoiser(TASK)
+    empty = torch.zeros(0, TASK.answer_len, dtype=torch.long)
+    with pytest.raises(ValueError, match="no trajectories"):
+        D.train_d3llm(model, torch.zeros(0, TASK.prompt_len, dtype=torch.long), empty, empty, steps=1, batch=2,
+                      block_sizes=[2])
+
+
+# ---------------------------------------------------------------------------------------------- harness
+
+
+def test_recipe_takes_only_its_fields_from_a_config():
+    cfg = {"d_model": 32, "layers": 1, "block_sizes": [2, 3], "thresholds": [0.1], "seeds": 3}
+    r = D.Recipe.from_config(cfg)
+    assert (r.d_model, r.layers, list(r.block_sizes)) == (32, 1, [2, 3])
+    assert r.heads == D.Recipe().heads and not hasattr(r, "thresholds")
+
+
+def test_curves_of_the_oracle_match_the_decoders():
+    ev = D.EvalSet.sample(TASK_EOS, 8, 3, block=4, thresholds=[0.1, 0.5], conf_thresholds=[0.9])
+    assert torch.equal(ev.prompt, TASK_EOS.sample(8, torch.Generator().manual_seed(3))[0])
+    fn = oracle(TASK_EOS)
+    res = D.curves(fn, ev)
+    assert res.vanilla == [(1.0, 100.0)] and set(res.outputs) == {"vanilla", 0.1, 0.5}
+    for t, (tpf, acc) in zip(ev.thresholds, res.entropy, strict=True):
+        ref = D.decode_multiblock(fn, ev.prompt, TASK_EOS.answer_len, 4, t, mask_id=TASK_EOS.mask_id,
+                                  eos_id=TASK_EOS.eos_id, early_stop=True, block_add_threshold=0.1,
+                                  decoded_token_threshold=0.95)
+        assert tpf == ref.tpf > 1.0 and acc == 100.0
+    ref = D.decode_multiblock(fn, ev.prompt, TASK_EOS.answer_len, 4, 0.9, mask_id=TASK_EOS.mask_id,
+                              eos_id=TASK_EOS.eos_id, early_stop=True, block_add_threshold=1.0,
+                              decoded_token_threshold=1.0, rule="confidence")
+    assert res.confidence == [(ref.tpf, 100.0)]
+    assert res.rounded()["entropy"] == [[round(r, 4), 100.0] for r, _ in res.entropy]
+    wrong = D.Decoded((ev.answer + 1) % TASK_EOS.modulus, *(getattr(ref, f) for f in ("nfe", "timeline", "filled",
+                                                                                       "positions")))
+    assert D.accuracy(wrong, ev.answer, TASK_EOS) == 0.0
+
+
+def test_aup_table_against_the_written_out_formula():
+    teacher = D.Curves(vanilla=[(1.0, 90.0)], entropy=[(2.0, 89.0), (3.0, 80.0)], confidence=[(1.5, 90.0)])
+    student = D.Curves(vanilla=[(1.0, 92.0)], entropy=[(2.5, 91.0)], confidence=[(2.0, 88.0)])
+    table, y_max = D.aup_table(teacher, student)
+    assert y_max == 92.0
+    # points more than 5 below the one-token-per-forward accuracy are left out (80 < 90 - 5)
+    assert table["teacher / entropy"] == pytest.approx(reference_aup([(1.0, 90.0), (2.0, 89.0)], 92.0), rel=1e-12)
+    assert table["teacher / confidence"] == pytest.approx(reference_aup([(1.0, 90.0), (1.5, 90.0)], 92.0))
+    assert table["student / entropy"] == pytest.approx(reference_aup([(1.0, 92.0), (2.5, 91.0)], 92.0))
+    assert table["student / confidence"] == pytest.approx(reference_aup([(1.0, 92.0), (2.0, 88.0)], 92.0))
+    assert (table["teacher / vanilla"], table["student / vanilla"]) == (90.0, 92.0)
+
+
+def test_kv_sweep_matches_the_decoders_one_prompt_at_a_time():
+    model = random_denoiser(TASK_EOS)
+    ev = D.EvalSet.sample(TASK_EOS, 5, 1, block=4, thresholds=[1.2], conf_thresholds=[])
+    rows = D.kv_sweep(model, ev, 3, 1.2, settings={"no cache": (0, 1), "delay 0, no refresh": (0, 10**9)})
+    kw = dict(mask_id=TASK_EOS.mask_id, eos_id=TASK_EOS.eos_id, early_stop=True, block_add_threshold=0.1,
+              decoded_token_threshold=0.95)
+    ref = [D.decode_multiblock(model, ev.prompt[i:i + 1], TASK_EOS.answer_len, 4, 1.2, **kw) for i in range(3)]
+    tokens = torch.cat([r.tokens for r in ref])
+    base = rows["no cache"]
+    assert base["nfe"] == pytest.approx(sum(float(r.nfe) for r in ref) / 3)
+    assert base["acc"] == 100.0 * float(TASK_EOS.correct(tokens, ev.answer[:3]).double().mean())
+    assert base["positions"] == pytest.approx(sum(float(r.positions) for r in ref) / 3)
+    assert rows["delay 0, no refresh"]["positions"] < base["positions"] and base["ms"] > 0
+
+
+def tiny_recipe(**kw) -> D.Recipe:
+    return D.Recipe(d_model=32, layers=1, heads=2, ar_steps=60, diff_steps=60, batch=32, lr=3e-3, traj_prompts=64,
+                    student_steps=3, student_batch=8, block_sizes=(2,), block=2, **kw)
+
+
+def test_teacher_and_distillation_are_seeded_and_leave_the_teacher_alone():
+    task = D.ChainTask(n_operands=3, modulus=3)
+    recipe = tiny_recipe()
+    teacher, ar, diff = D.train_teacher(task, recipe, 0)
+    assert len(ar) == recipe.ar_steps and len(diff) == recipe.diff_steps
+    assert D.train_teacher(task, recipe, 0)[1:] == (ar, diff)  # seeded: the same losses again
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    student, hist, ok = D.distill(teacher, task, recipe, 0)
+    assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in before.items())
+    assert any(not torch.equal(v, student.state_dict()[k]) for k, v in before.items())
+    # the fraction of trajectory prompts the teacher decodes right, recomputed from the same generator
+    prompt, answer = task.sample(recipe.traj_prompts, torch.Generator().manual_seed(1))
+    traj = D.decode_vanilla(teacher, prompt, task.answer_len, recipe.block, mask_id=task.mask_id)
+    assert 0.0 < ok == float(task.correct(traj.tokens, answer).double().mean())
+    assert len(hist) == recipe.student_steps
+

@@ -1,4 +1,4 @@
-"""The synthetic LiDAR of repro.pace (paper 09): ray caster against analytic hits and ray marching."""
+"""The synthetic LiDAR of repro.papers.pace (paper 09): ray caster against analytic hits and ray marching."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rate/distortion measures of repro.pace (paper 09) on hand-made examples."""
+"""Rate/distortion measures of repro.papers.pace (paper 09) on hand-made examples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Octree serialisation of repro.pace (paper 09) against brute-force references."""
+"""Octree serialisation of repro.papers.pace (paper 09) against brute-force references."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ self-attention and a GELU MLP, a final LayerNorm and a linear head) in about a h
 sees every piece. Three switches cover what the papers need:
 
 * ``causal``: ``True`` gives a GPT-style left-to-right model; ``False`` a bidirectional one, as in the masked
-  diffusion LMs (LLaDA, Dream) of paper 03 (``repro.d3llm``).
+  diffusion LMs (LLaDA, Dream) of paper 03 (``repro.papers.d3llm``).
 * ``positions``: ``"learned"`` absolute position embeddings (added to the tokens) or ``"rotary"`` embeddings
   (RoPE, Su et al. 2021: the query and key of each head are rotated by an angle proportional to the position,
   so that their dot product depends only on the relative offset).

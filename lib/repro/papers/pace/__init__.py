@@ -1,16 +1,33 @@
 """PACE: a real, lossless learned octree codec for LiDAR scans, with stage-scalable decoding.
 
 Paper: J. Zhu, K. You, D. Ding, Z. Ma, "PACE: Post-Causal Entropy Modeling for Learned LiDAR Point Cloud
-Compression", ICML 2026 (arXiv 2605.01320; code github.com/3dpcc/PACE). Notebook: ``notebooks/09-pace-lidar.ipynb``.
+Compression", ICML 2026 (arXiv 2605.01320). Notebook: ``notebooks/09-pace-lidar.ipynb``. Public code checked
+against: github.com/3dpcc/PACE (the stream layout, the stage schedule and the 16-bit frequency rule of
+``utils/helper.py``); the implementation is ours.
 
-* :mod:`repro.pace.lidar`: procedural street scenes and a spinning 64-beam sensor, ray-cast analytically
+* :mod:`repro.papers.pace.lidar`: procedural street scenes and a spinning 64-beam sensor, ray-cast analytically
   (KITTI cannot be downloaded here).
-* :mod:`repro.pace.octree`: quantisation, Morton order, occupancy bytes per level, ancestor contexts, rebuild.
-* :mod:`repro.pace.model`: PACE (non-causal backbone once per window + stage-scalable causal predictor), the
-  coupled causal-backbone baseline (with and without KV cache), an ancestors-only MLP and a count table.
-* :mod:`repro.pace.codec`: ``encode(points, model, depth, mode) -> bytes`` / ``decode(bytes, model) -> points``
-  with ``constriction``'s ANS coder; damaged streams raise :class:`~repro.pace.codec.CorruptStream`.
-* :mod:`repro.pace.metrics`: bits per input point, D1 PSNR, BD-rate.
+* :mod:`repro.papers.pace.octree`: quantisation, Morton order, occupancy bytes per level, ancestor contexts, rebuild.
+* :mod:`repro.papers.pace.model`: PACE (non-causal backbone once per window + stage-scalable causal predictor), the
+  coupled causal-backbone baseline (with and without KV cache), an ancestors-only MLP, a count table, and
+  :func:`~repro.papers.pace.model.train` (on :func:`repro.common.train.fit`).
+* :mod:`repro.papers.pace.codec`: ``encode(points, model, depth, mode) -> bytes`` / ``decode(bytes, model) -> points``
+  with ``constriction``'s ANS coder; damaged streams raise :class:`~repro.papers.pace.codec.CorruptStream`.
+* :mod:`repro.papers.pace.metrics`: bits per input point, D1 PSNR, BD-rate.
+* :mod:`repro.papers.pace.experiment`: the notebook's harness (corpus, training, rate–distortion sweep, lossless
+  and coder-limit checks, decoding latency, bits per level).
+
+Deliberate deviations from the paper and its code:
+
+* data: generated scans (procedural streets, an HDL-64E-like sensor), not KITTI / Ford / nuScenes; Cartesian
+  quantisation in a fixed 256 m cube (no spherical quantiser, no multi-level range split);
+* model: the public code's structure at a tiny size, a 1-D convolution along the Morton order instead of the kNN
+  EdgeConv, and a diagonal linear state-space layer instead of the Mamba block (``mamba-ssm`` needs CUDA);
+* training (the paper's code is unreleased): a random stage count per batch with the decoder's own stage masks;
+* coder: ``constriction``'s ANS instead of the authors' C++ rANS; the 16-bit rule's leftover mass goes to the most
+  likely symbol so that every table sums to exactly 2^16;
+* baselines: the coupled causal model shares PACE's embedding, convolution and blocks; G-PCC has no Python binding
+  here, Draco (DracoPy) is the real codec compared with.
 """
 
 from .codec import (
@@ -23,6 +40,23 @@ from .codec import (
     encode_detailed,
     encode_level,
     pmf_to_freq,
+)
+from .experiment import (
+    Corpus,
+    LatencySlice,
+    Models,
+    RateDistortion,
+    Recipe,
+    coder_overhead,
+    count_lossless_failures,
+    decode_times,
+    latency_slice,
+    level_bits,
+    make_corpus,
+    moving_average,
+    order_inversions,
+    rate_distortion,
+    train_models,
 )
 from .lidar import Scene, make_scans, make_scene, ray_cast, spin_lidar
 from .metrics import bd_rate, bits_per_point, d1_mse, d1_psnr
@@ -39,9 +73,11 @@ from .model import (
 from .octree import Grid, Octree, build_octree, dequantize, level_context, octree_contexts, quantize, rebuild
 
 __all__ = [
-    "AncestorMLP", "CorruptStream", "CountTable", "CoupledCausalModel", "Encoded", "Grid", "Octree", "PACEModel",
-    "Scene", "WindowData", "bd_rate", "bits_per_point", "build_octree", "cross_entropy_bits", "d1_mse", "d1_psnr",
-    "decode", "decode_level", "decode_quantized", "dequantize", "encode", "encode_detailed", "encode_level",
-    "level_context", "make_scans", "make_scene", "octree_contexts", "pmf_to_freq", "quantize", "ray_cast", "rebuild",
-    "spin_lidar", "stage_prev", "train",
+    "AncestorMLP", "CorruptStream", "Corpus", "CountTable", "CoupledCausalModel", "Encoded", "Grid", "LatencySlice",
+    "Models", "Octree", "PACEModel", "RateDistortion", "Recipe", "Scene", "WindowData", "bd_rate", "bits_per_point",
+    "build_octree", "coder_overhead", "count_lossless_failures", "cross_entropy_bits", "d1_mse", "d1_psnr", "decode",
+    "decode_level", "decode_quantized", "decode_times", "dequantize", "encode", "encode_detailed", "encode_level",
+    "latency_slice", "level_bits", "level_context", "make_corpus", "make_scans", "make_scene", "moving_average",
+    "octree_contexts", "order_inversions", "pmf_to_freq", "quantize", "rate_distortion", "ray_cast", "rebuild",
+    "spin_lidar", "stage_prev", "train", "train_models",
 ]

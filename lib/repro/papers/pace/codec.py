@@ -107,7 +107,7 @@ class Encoded:
 def _kind(model: Any) -> int:
     kind = getattr(model, "kind", None)
     if kind not in KINDS:
-        raise ValueError(f"not an entropy model of repro.pace.model: {type(model).__name__}")
+        raise ValueError(f"not an entropy model of repro.papers.pace.model: {type(model).__name__}")
     return KINDS[kind]
 
 

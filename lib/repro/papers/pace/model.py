@@ -3,7 +3,7 @@
 Paper 09: Zhu, You, Ding, Ma, "PACE: Post-Causal Entropy Modeling for Learned LiDAR Point Cloud Compression",
 ICML 2026 (arXiv 2605.01320). Notebook: ``notebooks/09-pace-lidar.ipynb``.
 
-All models read the same node context (:func:`repro.pace.octree.level_context`) and output a pmf over the 255
+All models read the same node context (:func:`repro.papers.pace.octree.level_context`) and output a pmf over the 255
 occupancy symbols. The nodes of one octree level are cut into windows of ``W`` consecutive nodes (Morton order).
 
 * :class:`PACEModel` (the paper's idea). A **non-causal backbone** ``F = B(ctx)`` (context embedding, a 1-D
@@ -23,9 +23,9 @@ occupancy symbols. The nodes of one octree level are cut into windows of ``W`` c
 * :class:`AncestorMLP`: OctSqueeze-style MLP on the ancestors' context only (fully parallel).
 * :class:`CountTable`: no network; empirical symbol counts per (parent symbol, octant) context (G-PCC-lite).
 
-Training (:func:`train`) is teacher-forced cross-entropy. The paper's training code is not released; to make one
-PACE checkpoint serve every ``k`` we sample ``k`` per batch and apply exactly the decoder's stage masks (an
-assumption, stated in the notebook).
+Training (:func:`train`, on :func:`repro.common.train.fit`) is teacher-forced cross-entropy. The paper's training
+code is not released; to make one PACE checkpoint serve every ``k`` we sample ``k`` per batch and apply exactly the
+decoder's stage masks (an assumption, stated in the notebook).
 
 Every model exposes ``session(tokens, xyz, mode)``, the object the codec drives: ``steps`` (which nodes each
 decoding step produces) and ``pmf(step, known)`` (float64 pmfs of those nodes, given the symbols decoded so far).
@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...common.train import cosine_schedule, fit
 from .octree import CTX_COLUMNS, MAX_DEPTH, N_SYMBOLS, PAD_OCTANT, PAD_SYMBOL
 
 Tensor = torch.Tensor
@@ -588,30 +589,22 @@ def cross_entropy_bits(model: nn.Module, data: WindowData, k: int, batch: int = 
 
 def train(model: nn.Module, data: WindowData, *, steps: int, batch: int = 16, lr: float = 2e-3,
           ks: Sequence[int] = (1,), seed: int = 0, log_every: int = 0) -> list[float]:
-    """Teacher-forced cross-entropy training with AdamW and a cosine schedule; for PACE a stage count ``k`` is
-    drawn from ``ks`` for every batch (one checkpoint for all ``k``). Returns the loss (bits/symbol) per step."""
+    """Teacher-forced cross-entropy training (:func:`repro.common.train.fit`): AdamW (weight decay 0.01), a 20-step
+    warm-up times a cosine over all steps (``cosine_schedule(i, steps, 20, overlap=True)``), gradients clipped to
+    norm 1; for PACE a stage count ``k`` is drawn from ``ks`` for every batch (one checkpoint for all ``k``).
+    Returns the loss (bits/symbol) per step."""
     if steps < 1 or batch < 1 or not ks:
         raise ValueError("need steps >= 1, batch >= 1 and at least one k")
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
     dev = next(model.parameters()).device
-    losses = []
-    model.train()
-    for i in range(steps):
+
+    def step_loss(_: int) -> Tensor:
         idx = torch.randint(len(data), (batch,), generator=gen)
         k = int(ks[int(torch.randint(len(ks), (1,), generator=gen))])
         t, x, y, v = (a[idx].to(dev) for a in (data.tokens, data.xyz, data.sym, data.valid))
         logits = model(t, x, v, y, k)
-        loss = F.cross_entropy(logits[v], y[v]) / math.log(2)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        if log_every and (i + 1) % log_every == 0:
-            print(f"step {i + 1}/{steps}: {np.mean(losses[-log_every:]):.3f} bits/symbol")
-    model.eval()
-    return losses
+        return F.cross_entropy(logits[v], y[v]) / math.log(2)
+
+    return fit(model, step_loss, steps, lr=lr, optimizer="adamw", weight_decay=0.01,
+               schedule=lambda i: cosine_schedule(i, steps, 20, overlap=True), clip=1.0, log_every=log_every,
+               unit="bits/symbol")

@@ -1,9 +1,8 @@
-"""d3LLM: entropy-based multi-block decoding, KV-cache refresh, pseudo-trajectory distillation and AUP.
+"""The method of d3LLM (paper 03, :mod:`repro.papers.d3llm`): entropy-based multi-block decoding, KV-cache refresh,
+pseudo-trajectory distillation and AUP.
 
-Paper: "d3LLM: Pseudo-Distilled Diffusion Large Language Models", ICML 2026 (Hao AI Lab; code at
-github.com/hao-ai-lab/d3LLM). Notebook: ``notebooks/03-d3llm.ipynb``. The rules below follow the public code
-(``generate_multi_block``, ``generate_multi_block_kv_cache``, the distillation trainer, ``aup_utils.get_aup``);
-the implementation is ours, batched over prompts and device-agnostic.
+The rules below follow the public code (``generate_multi_block``, ``generate_multi_block_kv_cache``, the
+distillation trainer, ``aup_utils.get_aup``); the implementation is ours, batched over prompts and device-agnostic.
 
 Decoding a masked-diffusion LM (a *denoiser*: logits for every position of a partly masked sequence):
 
@@ -23,13 +22,13 @@ Decoding a masked-diffusion LM (a *denoiser*: logits for every position of a par
   ``cache_delay_iter`` forwards after they finished (delayed caching); while a block is stabilising, and every
   ``refresh_interval`` forwards, a full forward refreshes the cache.
 
-Training: Dream-style, an autoregressive warm-up of the same network (:func:`train_autoregressive`), then the
-masked-diffusion loss on random masks (:func:`diffusion_loss`, :func:`train_diffusion`; shifted logits via
-:class:`Denoiser`); pseudo-trajectory distillation (:func:`pseudo_trajectory_mask`, :func:`d3llm_loss`): the
-student is trained on the teacher's *decoding order* (not its text) inside a random block, with a mask-ratio
-curriculum ``r ~ U[r_cur, 0.8]``, ``r_cur`` rising linearly from 0 to 0.8, and the loss
-``[CE(mask) + CE(complementary mask) + 2 * mean entropy of softmax(logits / 0.5) on correctly predicted masked
-tokens] / 4``.
+Training (every loop is :func:`repro.common.train.fit`): Dream-style, an autoregressive warm-up of the same
+network (:func:`train_autoregressive`), then the masked-diffusion loss on random masks (:func:`diffusion_loss`,
+:func:`train_diffusion`; shifted logits via :class:`Denoiser`); pseudo-trajectory distillation
+(:func:`pseudo_trajectory_mask`, :func:`d3llm_loss`, :func:`train_d3llm`): the student is trained on the teacher's
+*decoding order* (not its text) inside a random block, with a mask-ratio curriculum ``r ~ U[r_cur, 0.8]``,
+``r_cur`` rising linearly from 0 to 0.8, and the loss ``[CE(mask) + CE(complementary mask) + 2 * mean entropy of
+softmax(logits / 0.5) on correctly predicted masked tokens] / 4``.
 
 Metric: AUP (accuracy under parallelism, :func:`aup`): with points ``(rho_i, y_i)`` sorted by TPF ``rho`` and
 accuracies ``y`` in percent, ``W(y) = min(exp(-alpha (1 - y / y_max)), 1)`` and only points with
@@ -46,8 +45,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..common.nn import KVCache, Transformer, TransformerConfig
-from ..common.train import cosine_schedule
+from ...common.nn import KVCache, Transformer, TransformerConfig
+from ...common.train import cosine_schedule, fit
+from .problems import ChainTask
 
 Tensor = torch.Tensor
 ModelFn = Callable[[Tensor], Tensor]
@@ -144,7 +144,7 @@ def transfer_rule(logits: Tensor, candidates: Tensor, threshold: float, rule: st
 
 
 class Denoiser(nn.Module):
-    """Masked-diffusion LM on top of :class:`repro.nn.Transformer` (bidirectional).
+    """Masked-diffusion LM on top of :class:`repro.common.nn.Transformer` (bidirectional).
 
     ``shift=True`` is Dream's convention: the prediction for position ``j`` is read from the hidden state at
     ``j - 1`` (attention stays bidirectional). ``forward(x)`` returns logits aligned with the positions.
@@ -453,71 +453,6 @@ def _decode_one_cached(model: Denoiser, prompt: Tensor, gen_len: int, block_size
 
 
 # --------------------------------------------------------------------------------------------------------
-# Task: multi-step modular arithmetic with worked steps
-
-
-@dataclass(frozen=True)
-class ChainTask:
-    """``BOS a_1 .. a_K =`` -> ``a_2 s_2 a_3 s_3 .. a_K s_K`` (+ ``eos_pad`` EOS), ``s_k = (a_1 + .. + a_k) mod p``.
-
-    The copied operands can be decoded in parallel; each running sum needs the one before it (the sequential
-    chain). Vocabulary: digits ``0..p-1``, then BOS, ``=``, EOS, MASK.
-    """
-
-    n_operands: int = 6
-    modulus: int = 7
-    eos_pad: int = 0
-
-    def __post_init__(self) -> None:
-        if self.n_operands < 2 or self.modulus < 2 or self.eos_pad < 0:
-            raise ValueError("need n_operands >= 2, modulus >= 2 and eos_pad >= 0")
-
-    @property
-    def bos_id(self) -> int:
-        return self.modulus
-
-    @property
-    def eq_id(self) -> int:
-        return self.modulus + 1
-
-    @property
-    def eos_id(self) -> int:
-        return self.modulus + 2
-
-    @property
-    def mask_id(self) -> int:
-        return self.modulus + 3
-
-    @property
-    def vocab_size(self) -> int:
-        return self.modulus + 4
-
-    @property
-    def prompt_len(self) -> int:
-        return self.n_operands + 2
-
-    @property
-    def answer_len(self) -> int:
-        return 2 * (self.n_operands - 1) + self.eos_pad
-
-    def sample(self, n: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
-               ) -> tuple[Tensor, Tensor]:
-        """``n`` random problems: prompts ``(n, K + 2)`` and answers ``(n, 2 (K - 1) + eos_pad)``."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        a = torch.randint(0, self.modulus, (n, self.n_operands), generator=generator)
-        s = a.cumsum(1) % self.modulus
-        steps = torch.stack([a[:, 1:], s[:, 1:]], 2).reshape(n, -1)
-        answer = torch.cat([steps, torch.full((n, self.eos_pad), self.eos_id)], 1)
-        prompt = torch.cat([torch.full((n, 1), self.bos_id), a, torch.full((n, 1), self.eq_id)], 1)
-        return prompt.to(device), answer.to(device)
-
-    def correct(self, decoded: Tensor, answer: Tensor) -> Tensor:
-        """Per problem: is the whole decoded answer exactly right?"""
-        return (decoded == answer).all(1)
-
-
-# --------------------------------------------------------------------------------------------------------
 # Training
 
 
@@ -538,10 +473,7 @@ def diffusion_loss(model: Denoiser, prompt: Tensor, answer: Tensor, mask: Tensor
     return F.cross_entropy(logits[mask], answer[mask])
 
 
-def _optimiser(model: nn.Module, lr: float, steps: int, warmup: int
-               ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_schedule(s, steps, warmup))
+ADAMW = dict(optimizer="adamw", betas=(0.9, 0.98), weight_decay=0.0)  # every training of this paper
 
 
 def train_diffusion(model: Denoiser, task: ChainTask, *, steps: int, batch: int, lr: float = 1e-3, warmup: int = 50,
@@ -550,20 +482,13 @@ def train_diffusion(model: Denoiser, task: ChainTask, *, steps: int, batch: int,
     if steps < 1 or batch < 1:
         raise ValueError("steps and batch must be >= 1")
     dev = next(model.parameters()).device
-    opt, sched = _optimiser(model, lr, steps, warmup)
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def step_loss(_: int) -> Tensor:
         prompt, answer = task.sample(batch, generator, dev)
-        loss = diffusion_loss(model, prompt, answer, random_answer_mask(answer, generator))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return diffusion_loss(model, prompt, answer, random_answer_mask(answer, generator))
+
+    return fit(model, step_loss, steps, lr=lr, **ADAMW, schedule=lambda s: cosine_schedule(s, steps, warmup),
+               clip=clip)
 
 
 def train_autoregressive(model: Denoiser, task: ChainTask, *, steps: int, batch: int, lr: float = 1e-3,
@@ -572,29 +497,20 @@ def train_autoregressive(model: Denoiser, task: ChainTask, *, steps: int, batch:
     next-token cross-entropy on the answer; with ``shift=True`` the logits at ``j`` are read at ``j - 1``, so this
     is ordinary next-token prediction), then continue with :func:`train_diffusion` (bidirectional, masks).
     Constant learning rate after a linear warm-up; returns the losses."""
-    if steps < 1 or batch < 1:
-        raise ValueError("steps and batch must be >= 1")
+    if steps < 1 or batch < 1 or warmup < 1:
+        raise ValueError("steps, batch and warmup must be >= 1")
     if not model.shift:
         raise ValueError("autoregressive initialisation needs shifted logits (shift=True)")
     dev = next(model.parameters()).device
     n = task.prompt_len + task.answer_len
     causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def step_loss(_: int) -> Tensor:
         prompt, answer = task.sample(batch, generator, dev)
         logits = model(torch.cat([prompt, answer], 1), attn_mask=causal)[:, task.prompt_len:]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), answer.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), answer.reshape(-1))
+
+    return fit(model, step_loss, steps, lr=lr, **ADAMW, schedule=lambda s: min(1.0, (s + 1) / warmup), clip=clip)
 
 
 def pseudo_trajectory_mask(order: Tensor, block_start: Tensor, block_end: Tensor, mask_ratio: float) -> Tensor:
@@ -671,27 +587,28 @@ def train_d3llm(student: Denoiser, prompts: Tensor, answers: Tensor, order: Tens
     ``r ~ U[r_cur, max_ratio]`` per batch with ``r_cur`` rising linearly from 0 to ``max_ratio``; constant lr."""
     if steps < 1 or batch < 1 or len(prompts) != len(answers) or order.shape != answers.shape:
         raise ValueError("need steps, batch >= 1 and matching prompts / answers / order")
+    if len(prompts) == 0:
+        raise ValueError("no trajectories to distil (did the teacher decode none of the prompts correctly?)")
     dev = next(student.parameters()).device
-    opt = torch.optim.AdamW(student.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
     g = answers.shape[1]
-    student.train()
-    history = []
-    for step in range(steps):
+    history: list[dict[str, float]] = []
+
+    def step_loss(step: int) -> Tensor:
         progress = step / steps
         bs = min(curriculum_block_size(progress, block_sizes), g)
+        # mask ratio r ~ U[r_cur, max_ratio], r_cur rising linearly from 0 to max_ratio
         r_cur = max_ratio * progress
         ratio = r_cur + (max_ratio - r_cur) * float(torch.rand((), generator=generator))
         idx = torch.randint(0, len(prompts), (batch,), generator=generator).to(dev)
+        # one random block [start, end) of the current size per example
         n_blocks = -(-g // bs)
         k = torch.randint(0, n_blocks, (batch,), generator=generator).to(dev)
         start = k * bs
         end = (start + bs).clamp(max=g)
         loss, parts = d3llm_loss(student, prompts[idx], answers[idx], order[idx], start, end, ratio,
                                  entropy_weight, temperature)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(student.parameters(), clip)
-        opt.step()
         history.append({"loss": loss.item(), "ratio": ratio, "block": bs, **parts})
-    student.eval()
+        return loss
+
+    fit(student, step_loss, steps, lr=lr, **ADAMW, clip=clip)
     return history

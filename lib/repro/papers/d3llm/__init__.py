@@ -1,0 +1,71 @@
+"""d3LLM: entropy-based multi-block decoding, KV-cache refresh, pseudo-trajectory distillation and AUP.
+
+Paper: Y.-Y. Qian, J. Su, L. Hu, P. Zhang, Z. Deng, P. Zhao, H. Zhang, "d3LLM: Ultra-Fast Diffusion LLM using
+Pseudo-Trajectory Distillation", ICML 2026 (arXiv 2601.07568). Notebook: ``notebooks/03-d3llm.ipynb``.
+Public code checked against: github.com/hao-ai-lab/d3LLM (``generate_multi_block``,
+``generate_multi_block_kv_cache``, ``get_transfer_index_entropy``, the distillation trainer,
+``AUP_leaderboard/aup_utils.get_aup``); the implementation is ours, batched over prompts and device-agnostic.
+
+Layout: :mod:`.method` (AUP, transfer rules, the :class:`Denoiser`, the decoders, the losses and trainings),
+:mod:`.problems` (:class:`ChainTask`, the generated task), :mod:`.experiment` (the notebook's harness: teacher,
+distillation, curves, AUP table, KV-cache sweep).
+
+Deliberate deviations from the paper and its code:
+
+* a small bidirectional transformer trained here on a generated chain task, not LLaDA-8B / Dream-7B on GSM8K
+  (neither can be had offline); the teacher is trained Dream-style (autoregressive warm-up, then masked diffusion);
+* the student is the teacher fine-tuned in full (the paper: LoRA, rank 256), with a constant learning rate; the
+  block-size curriculum is the paper's scaled to 4-token blocks;
+* full bidirectional attention with shifted logits (Dream's block-causal mask is not used); greedy decoding;
+* the LLaDA code's always-accept-the-lowest-entropy rule is used for every model (the Dream code has none);
+* KV refresh: the cache stands for a prefix of finished blocks; the public code also truncates a refreshed cache at
+  the start of the latest stabilising block, we keep it at the cached prefix.
+"""
+
+from .experiment import (
+    CURVE_KINDS,
+    ENTROPY_DECODING,
+    FAST_DLLM,
+    KV_SETTINGS,
+    Curves,
+    EvalSet,
+    Recipe,
+    accuracy,
+    aup_table,
+    curves,
+    distill,
+    kv_sweep,
+    new_model,
+    seed_gain,
+    train_teacher,
+)
+from .method import (
+    RULES,
+    Decoded,
+    Denoiser,
+    aup,
+    aup_weight,
+    curriculum_block_size,
+    d3llm_loss,
+    decode_multiblock,
+    decode_multiblock_kvcache,
+    decode_vanilla,
+    diffusion_loss,
+    pseudo_trajectory_mask,
+    random_answer_mask,
+    token_entropy,
+    train_autoregressive,
+    train_d3llm,
+    train_diffusion,
+    transfer_rule,
+    wide,
+)
+from .problems import ChainTask
+
+__all__ = [
+    "CURVE_KINDS", "ENTROPY_DECODING", "FAST_DLLM", "KV_SETTINGS", "RULES", "ChainTask", "Curves", "Decoded",
+    "Denoiser", "EvalSet", "Recipe", "accuracy", "aup", "aup_table", "aup_weight", "curriculum_block_size", "curves",
+    "d3llm_loss", "decode_multiblock", "decode_multiblock_kvcache", "decode_vanilla", "diffusion_loss", "distill",
+    "kv_sweep", "new_model", "pseudo_trajectory_mask", "random_answer_mask", "seed_gain", "token_entropy",
+    "train_autoregressive", "train_d3llm", "train_diffusion", "train_teacher", "transfer_rule", "wide",
+]

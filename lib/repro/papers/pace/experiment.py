@@ -1,0 +1,252 @@
+"""Experiment harness of notebook 09 (PACE): the generated corpus, the four entropy models trained on it, the
+rate–distortion sweep over depths (with Draco), the lossless and coder-limit checks, decoding latency per stage count
+and on a slice of nodes, and the bits per octree level.
+
+Training draws from torch's global generator (weights, in a fixed order) and from generators seeded by ``seed``;
+everything else is deterministic, apart from the wall times, which depend on the machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import DracoPy
+import numpy as np
+import torch
+
+from . import codec, metrics
+from .lidar import make_scans
+from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, train
+from .octree import Grid, Octree, build_octree, dequantize, level_context, morton_decode, octree_contexts, quantize
+
+Codecs = Mapping[str, tuple[Any, str]]  # name -> (model, mode)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Model and training settings of notebook 09 (defaults: its quick mode). ``ks``: the stage counts PACE draws
+    from, one per batch; ``coupled_steps = 0`` leaves the coupled baseline untrained (it is only timed)."""
+
+    d: int = 64
+    layers: int = 2
+    heads: int = 4
+    window: int = 256
+    steps: int = 200
+    batch: int = 8
+    lr: float = 4e-3
+    ks: Sequence[int] = (1, 2, 4, 8, 256)
+    mlp_steps: int = 200
+    coupled_steps: int = 0
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> Recipe:
+        """The recipe's fields taken from a notebook configuration (other keys are ignored)."""
+        return cls(**{f.name: cfg[f.name] for f in fields(cls) if f.name in cfg})
+
+
+@dataclass
+class Corpus:
+    """Training and test scans, the training octrees at depth ``depth`` with their per-level contexts, the training
+    windows, and the first test scan's octree."""
+
+    train_scans: list[np.ndarray]
+    test_scans: list[np.ndarray]
+    trees: list[Octree]
+    train_levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    data: WindowData
+    test_tree: Octree
+
+
+def make_corpus(train_seeds: Sequence[int], test_seeds: Sequence[int], grid: Grid, depth: int, window: int, *,
+                n_beams: int = 64, n_az: int = 1024) -> Corpus:
+    """Synthetic scans (one per seed), their octrees at ``depth`` on ``grid`` and every level cut into windows."""
+    train_scans = make_scans(list(train_seeds), n_beams=n_beams, n_az=n_az)
+    test_scans = make_scans(list(test_seeds), n_beams=n_beams, n_az=n_az)
+    trees = [build_octree(quantize(p, grid), depth) for p in train_scans]
+    train_levels = [lv for tree in trees for lv in octree_contexts(tree)]
+    data = WindowData.from_levels(train_levels, window)
+    test_tree = build_octree(quantize(test_scans[0], grid), depth)
+    return Corpus(train_scans, test_scans, trees, train_levels, data, test_tree)
+
+
+@dataclass
+class Models:
+    """The trained entropy models, their loss curves (bits/symbol per step), the count table's mean code length on
+    its own training symbols, and the parameter counts."""
+
+    pace: PACEModel
+    mlp: AncestorMLP
+    coupled: CoupledCausalModel
+    table: CountTable
+    pace_loss: list[float]
+    mlp_loss: list[float]
+    coupled_loss: list[float]
+    table_bits: float
+    n_params: dict[str, int]
+
+
+def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu") -> Models:
+    """Initialise PACE, the ancestor MLP and the coupled baseline from torch's generator at ``seed`` (in that order),
+    train them on the corpus' windows (:func:`repro.papers.pace.model.train`; the coupled one only if
+    ``recipe.coupled_steps``), and count the table."""
+    torch.manual_seed(seed)
+    arch = dict(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window)
+    pace = PACEModel(**arch).to(device)
+    mlp = AncestorMLP(d=recipe.d, hidden=2 * recipe.d, window=recipe.window).to(device)
+    coupled = CoupledCausalModel(**arch).to(device).eval()
+    data = corpus.data.to(device)
+    opts = dict(batch=recipe.batch, lr=recipe.lr, seed=seed)
+    pace_loss = train(pace, data, steps=recipe.steps, ks=recipe.ks, **opts)
+    mlp_loss = train(mlp, data, steps=recipe.mlp_steps, **opts)
+    coupled_loss = (train(coupled, data, steps=recipe.coupled_steps, ks=[recipe.window], **opts)
+                    if recipe.coupled_steps else [])
+    table = CountTable().fit(corpus.train_levels)
+    n_sym = sum(len(s) for _, _, s in corpus.train_levels)
+    table_bits = sum(-np.log2(table.probs(t)[np.arange(len(s)), s]).sum() for t, _, s in corpus.train_levels) / n_sym
+    n_params = {name: sum(p.numel() for p in m.parameters())
+                for name, m in [("PACE", pace), ("coupled", coupled), ("ancestor MLP", mlp)]}
+    return Models(pace, mlp, coupled, table, pace_loss, mlp_loss, coupled_loss, float(table_bits), n_params)
+
+
+def moving_average(x: Sequence[float], n: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """``n``-step moving average of a loss curve and the steps it is plotted at (each window's last step)."""
+    x = np.asarray(x)
+    n = min(n, len(x))
+    if n < 1:
+        raise ValueError("moving_average needs a non-empty curve")
+    return np.arange(n, len(x) + 1), np.convolve(x, np.ones(n) / n, mode="valid")
+
+
+@dataclass
+class RateDistortion:
+    """Per codec, bits per input point ``(scans, depths)``; D1 PSNR of the octree quantisation and of Draco; every
+    stream: ``streams[scan, name]`` at the main depth, ``streams[scan, name, depth]`` at the other depths."""
+
+    depths: list[int]
+    bpp: dict[str, np.ndarray]
+    psnr: dict[str, np.ndarray]
+    streams: dict[tuple, codec.Encoded]
+
+    def mean_bpp(self) -> dict[str, np.ndarray]:
+        return {k: v.mean(0) for k, v in self.bpp.items()}
+
+    def bd_rates(self, anchor: str, names: Sequence[str]) -> dict[str, float]:
+        """BD-rate (%) of each octree codec in ``names`` against the octree codec ``anchor`` (same D1 PSNR)."""
+        mean, q = self.mean_bpp(), self.psnr["octree"].mean(0)
+        return {name: metrics.bd_rate(mean[anchor], q, mean[name], q) for name in names}
+
+    def bd_rate_vs_draco(self, name: str) -> float:
+        """BD-rate (%) of the octree codec ``name`` against Draco, each on its own D1 PSNR."""
+        mean = self.mean_bpp()
+        return metrics.bd_rate(mean["Draco"], self.psnr["Draco"].mean(0), mean[name], self.psnr["octree"].mean(0))
+
+
+def rate_distortion(scans: Sequence[np.ndarray], grid: Grid, depths: Sequence[int], codecs: Codecs,
+                    stages: Codecs) -> RateDistortion:
+    """Encode every scan at every depth with every codec (and, at the last depth, in every stage mode of
+    ``stages``); Draco (DracoPy, ``quantization_bits`` = depth, compression level 10) alongside. Rates are real
+    stream sizes over the number of input points."""
+    depths = list(depths)
+    main = depths[-1]
+    nd, nt = len(depths), len(scans)
+    bpp = {name: np.zeros((nt, nd)) for name in ["Draco", *codecs]}
+    psnr = {"octree": np.zeros((nt, nd)), "Draco": np.zeros((nt, nd))}
+    streams: dict[tuple, codec.Encoded] = {}
+    for i, p in enumerate(scans):
+        for j, depth in enumerate(depths):
+            g = grid.at_depth(depth)
+            psnr["octree"][i, j] = metrics.d1_psnr(p, dequantize(np.unique(quantize(p, g), axis=0), g))
+            blob = DracoPy.encode(p, quantization_bits=depth, compression_level=10)
+            bpp["Draco"][i, j] = metrics.bits_per_point(len(blob), len(p))
+            psnr["Draco"][i, j] = metrics.d1_psnr(p, np.asarray(DracoPy.decode(blob).points))
+            todo = {**codecs, **stages} if depth == main else codecs
+            for name, (model, mode) in todo.items():
+                enc = codec.encode_detailed(p, model, depth, mode)
+                if name in bpp:
+                    bpp[name][i, j] = enc.bpp
+                streams[(i, name) if depth == main else (i, name, depth)] = enc
+    return RateDistortion(depths, bpp, psnr, streams)
+
+
+def count_lossless_failures(rd: RateDistortion, scans: Sequence[np.ndarray], grid: Grid,
+                            codecs: Codecs) -> tuple[int, int]:
+    """Decode every main-depth stream of ``codecs`` and compare it cell by cell with the quantised input: (streams
+    that differ, streams checked)."""
+    main = rd.depths[-1]
+    truth = [morton_decode(build_octree(quantize(p, grid), main).codes[-1]) for p in scans]
+    failures, checked = 0, 0
+    for i in range(len(scans)):
+        for name, (model, _) in codecs.items():
+            q, _ = codec.decode_quantized(rd.streams[i, name].data, model)
+            checked += 1
+            failures += not np.array_equal(q, truth[i])
+    return failures, checked
+
+
+def coder_overhead(streams: Mapping[Any, codec.Encoded]) -> tuple[list[float], list[float]]:
+    """Per stream: (payload bits − 64) / the model's cross-entropy under the integer tables (≤ 1 + ε at the coder's
+    limit), and the tables' cost over the float pmfs (relative)."""
+    overhead = [(e.payload_bits - 64) / e.bits_model for e in streams.values()]
+    float_gap = [e.bits_model / e.bits_float - 1 for e in streams.values()]
+    return overhead, float_gap
+
+
+def decode_times(rd: RateDistortion, stages: Codecs, repeats: int, scan: int = 0) -> dict[str, list[float]]:
+    """Wall seconds to decode scan ``scan``'s main-depth stream in each stage mode, the modes interleaved within
+    each of ``repeats`` rounds (machine-dependent; decode once beforehand as a warm-up)."""
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(repeats):
+        for name, (model, _) in stages.items():
+            t0 = time.perf_counter()
+            codec.decode_quantized(rd.streams[scan, name].data, model)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def order_inversions(values: Sequence[float]) -> int:
+    """How many successive pairs fail to increase strictly (0 for a strictly increasing sequence)."""
+    return sum(b <= a for a, b in zip(values, values[1:], strict=False))
+
+
+@dataclass
+class LatencySlice:
+    """Autoregressive decoding of the same ``n_nodes`` nodes by several models: per-node microseconds (median of the
+    repeats), all repeats' seconds, and whether every decoding was bit-exact."""
+
+    n_nodes: int
+    us_per_node: dict[str, float]
+    seconds: dict[str, list[float]]
+    exact: bool
+
+
+def latency_slice(tree: Octree, level: int, n_windows: int, window: int, models: Codecs,
+                  repeats: int) -> LatencySlice:
+    """The first ``n_windows`` windows of ``level`` of ``tree``: each model encodes them once (a warm-up), then
+    decodes them ``repeats`` times, the models interleaved within each round (machine-dependent timings)."""
+    tokens, xyz = level_context(tree.codes, tree.occupancy, level)
+    n = min(len(tokens), n_windows * window)
+    tok, pos, sym = tokens[:n], xyz[:n], tree.symbols(level)[:n]
+    words = {k: codec.encode_level(m, tok, pos, sym, mode) for k, (m, mode) in models.items()}
+    seconds: dict[str, list[float]] = {k: [] for k in models}
+    exact = True
+    for _ in range(repeats):
+        for k, (m, mode) in models.items():
+            t0 = time.perf_counter()
+            out = codec.decode_level(words[k], m, tok, pos, mode)
+            seconds[k].append(time.perf_counter() - t0)
+            exact &= bool(np.array_equal(out, sym))
+    per_node = {k: 1e6 * float(np.median(v)) / n for k, v in seconds.items()}
+    return LatencySlice(n, per_node, seconds, exact)
+
+
+def level_bits(rd: RateDistortion, names: Sequence[str], n_scans: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Bits spent on each coded level ``1..L−1`` of the main-depth streams, summed over the first ``n_scans`` scans,
+    per codec, and the coded symbols per level (the same for every codec)."""
+    levels = range(1, rd.depths[-1])
+    bits = {n: np.array([sum(rd.streams[i, n].level_bits[d] for i in range(n_scans)) for d in levels])
+            for n in names}
+    symbols = np.array([sum(rd.streams[i, names[-1]].level_symbols[d] for i in range(n_scans)) for d in levels])
+    return bits, symbols
