@@ -1,0 +1,53 @@
+"""GAM, the Generalized Action Manifold, on a planar analogue: arc-length and Sim(2) factorisation of trajectories.
+
+Paper: H. Lyu, C. Chen, M. Cao, Y. Ji, C. Xu, "General Covariant Action Modeling: Constructing Generalized Manifolds
+via Spatio-Temporal Decoupling", ICML 2026 (arXiv 2606.00110). Notebook: ``notebooks/13-gam-action-manifold.ipynb``.
+
+The paper argues that policies regressing absolute coordinates entangle a task's geometry with one placement and one
+speed, and factorises trajectories along two invariances: an *Arc-Length Parameterizer* (path apart from timing) and
+a *Schema-Affine-Factorization* (a canonical "world line" in a pose-normalised frame, the *schema*, apart from the
+group element that places it, the *affine modulation*), inside a VLA evaluated on LIBERO and SimplerEnv.
+
+**Public code checked against: none.** No code was released and only the abstract is public; the equations here are
+the standard ones the abstract names (arc-length reparameterisation; Sim(2) with its closed-form exp/log), marked
+*inferred* in the spec, and tested against scipy's ``expm``/``logm`` and analytic answers.
+
+Deliberate deviations (all forced by the missing VLA, simulator and data):
+
+* A **planar analogue** of the VLA setting: six generated 2-D skills, the "language" input is a skill token, the
+  "vision" input is the (start, goal) pair; planar Sim(2) instead of 3-D end-effector poses.
+* GAM-lite's frame is analytic (the start → goal chord), so its rotation equivariance holds *by construction*; the
+  notebook says so and also feeds it noisy poses.
+* Training uses full batches up to 96 demonstrations and random batches of 96 above (equal work per step).
+
+Layout: :mod:`.method` (arc length, retiming, Sim(2) exp/log/act, canonical frame, factorize/compose, Fréchet),
+:mod:`.problems` (skills, warps, :func:`make_skill_dataset`), :mod:`.models` (the 2×2 ablation and :func:`train`),
+:mod:`.experiment` (the notebook's harness).
+"""
+
+from .experiment import FAMILIES, Checks, Suite, exact_checks, pose_grid, run_suite
+from .method import (
+    arclength_resample,
+    canonical_frame,
+    chord_frame,
+    compose,
+    factorize,
+    frechet,
+    path_error,
+    retime,
+    sim2_act,
+    sim2_exp,
+    sim2_inv,
+    sim2_log,
+    sim2_matrix,
+    uniform_grid,
+)
+from .models import AbsoluteMLP, GAMLite, StackedLinear, mlp, train
+from .problems import CORNERED, SKILLS, SMOOTH, WARPS, SkillData, make_skill_dataset, skill_paths, time_warps
+
+__all__ = [
+    "CORNERED", "FAMILIES", "SKILLS", "SMOOTH", "WARPS", "AbsoluteMLP", "Checks", "GAMLite", "SkillData",
+    "StackedLinear", "Suite", "arclength_resample", "canonical_frame", "chord_frame", "compose", "exact_checks",
+    "factorize", "frechet", "make_skill_dataset", "mlp", "path_error", "pose_grid", "retime", "run_suite", "sim2_act",
+    "sim2_exp", "sim2_inv", "sim2_log", "sim2_matrix", "skill_paths", "time_warps", "train", "uniform_grid",
+]
