@@ -1,0 +1,72 @@
+"""Action-sufficient goal representations: exact information gaps on the Discrete Cube and learned encoders.
+
+Paper: J. Hyeon, W. Park, H. Ahn, T. Moon, "Action-Sufficient Goal Representations", ICML 2026
+(arXiv 2601.22496). Notebook: ``notebooks/07-gcrl-action-sufficiency.ipynb``.
+
+A goal representation ``Z = φ(S, G)`` is the interface between a high-level planner and a low-level actor. It is
+*value-sufficient* when ``Δ_V = I(V; G | S, Z) = 0`` and *action-sufficient* when ``Δ_A = I(A; G | S, Z) = 0``; the
+paper proves the first does not imply the second and shows on an exactly solved two-cube grid ("Discrete Cube")
+that control success follows ``Δ_A``, not ``Δ_V``; log-loss training of the actor drives ``Δ_A`` down, so
+representations learned through the actor beat those learned through the value function (OGBench).
+
+Public code checked against: github.com/action-sufficient/action-sufficient (JAX), files
+``discrete-cube/grid_two_cube_bayes_entropy_pipeline.py`` (MDP, filter, entropies), ``sweep_random_phi_family.py``
+(anchors and the random family: same templates and draw order, so seed 0 gives the released family; the released
+quadrant counts at n = 3 are reproduced exactly), ``eval_control_success_jax.py`` (tasks, horizon, rollouts),
+``plot.py`` (the figure) and ``agents/ota.py`` (length-normalised ``φ([s; g])``, value/actor heads on ``(s, φ)``).
+
+Deliberate deviations:
+
+* Control success is the **exact** expected success of the Bayes policy (dynamic programming on the induced Markov
+  chain, :func:`success_probability`), not a 50-rollout estimate; :func:`rollout_success` implements the released
+  Monte-Carlo estimator and the tests check that it agrees.
+* The released rollout runs every task for the longest task horizon (``max_i min(d*_i + 6, 30)``), although each
+  task's own horizon is computed: we follow the released behaviour and also report per-task horizons.
+* ``I(A; Z | S, V)`` and ``I(A; V | S, Z)`` are also computed in KL form, so the chain-rule identity is a real check
+  (the released code's differences make it hold by construction).
+* Learned representations (:func:`train_goal_rep`) are an analogue of the OGBench experiment on the Discrete Cube:
+  the actor is fitted to ``π*`` (soft targets) instead of advantage-weighted dataset actions, the value head to the
+  exact ``V`` instead of expectile TD targets, on every solvable pair instead of an offline dataset; no high-level
+  policy (the goal itself is encoded).
+
+Layout: :mod:`.problems` (the MDP and tasks), :mod:`.method` (information terms, Bayes policies, rollouts, learned
+representations), :mod:`.experiment` (the notebook's harness).
+"""
+
+from .experiment import (
+    ANCHORS,
+    TEMPLATES,
+    Collapse,
+    Learned,
+    Phi,
+    Sweep,
+    anchor_representations,
+    learned_reps,
+    quadrant_counts,
+    random_phi_family,
+    spearman,
+    sweep,
+    value_collapse_example,
+)
+from .method import (
+    GoalRepAgent,
+    TrainedRep,
+    entropy,
+    first_hit_times,
+    group_entropies,
+    group_ids,
+    mixed_policy,
+    policy_of,
+    rollout_success,
+    success_probability,
+    success_rate,
+    train_goal_rep,
+)
+from .problems import ACTIONS, DiscreteCube, Tasks
+
+__all__ = [
+    "ACTIONS", "ANCHORS", "TEMPLATES", "Collapse", "DiscreteCube", "GoalRepAgent", "Learned", "Phi", "Sweep",
+    "Tasks", "TrainedRep", "anchor_representations", "entropy", "first_hit_times", "group_entropies", "group_ids",
+    "learned_reps", "mixed_policy", "policy_of", "quadrant_counts", "random_phi_family", "rollout_success",
+    "spearman", "success_probability", "success_rate", "sweep", "train_goal_rep", "value_collapse_example",
+]
