@@ -1,0 +1,84 @@
+"""SMC, SMCTS and TSMCTS as policy-improvement operators, against Gumbel MuZero, on mazes with exact ``Q*``.
+
+Paper: Y. Oren, J. A. de Vries, P. R. van der Vaart, M. T. J. Spaan and W. Böhmer, "Twice Sequential Monte
+Carlo for Tree Search", ICML 2026 (arXiv 2511.14220; v1 titled "Parallelizing Tree Search with Twice Sequential
+Monte Carlo"). Notebook: ``notebooks/18-tsmcts.ipynb``.
+
+Public code: none found (searched for "TSMCTS" and the authors' names; ``hogunkee/TSMCTS`` is unrelated). The
+paper's algorithm box was **not readable** here (only the abstract and introduction of arXiv v1/v2 and third-party
+summaries), so the searches are a **reconstruction** from the paper's text, labelled as such in the notebook:
+
+* :func:`smc_search` — the SMC baseline in the style of SPO (Macfarlane et al., NeurIPS 2024) / TRT-SMC (de Vries
+  et al., ICML 2025): twisted SMC with advantage weights and ESS-triggered systematic resampling; policy target =
+  weighted histogram of the final particles' root ancestors.
+* :func:`smcts_search` — SMC read as a tree search (our reading of the paper's SMCTS): Gumbel-top-m root actions,
+  one SMC group per action resampled only within itself, root Q backed up per group, Gumbel MuZero outputs.
+* :func:`tsmcts_search` — SMCTS inside Sequential Halving over the particle budget, following Gumbel MuZero's
+  schedule (``mctx``'s ``get_sequence_of_considered_visits``); each round's particles run the full depth, so
+  every operator spends exactly ``N · K`` model calls per search.
+* :func:`gumbel_mcts_reference` — Gumbel MuZero through ``mctx`` (import-guarded), the "modern MCTS".
+
+Deliberate choices, all stated in the notebook: halving is batched per round (mctx re-scores after every
+simulation; a particle round re-scores once); ``σ`` uses particle counts as visit counts with mctx's constants
+``c_visit = 50``, ``c_scale = 0.1``; the root value of (T)SMCTS is the particle-weighted mean of ``Q̂`` (MCTS's root
+value); resampling is never done after the last step; no trust region on the proposal (TRT-SMC's) and no
+terminal-state special-casing beyond absorbing zero-reward terminals.
+
+Layout: :mod:`.method` (operators and Gumbel MuZero pieces, batched torch on any device), :mod:`.problems`
+(tabular model, value iteration, mazes, the imperfect network), :mod:`.reference` (mctx), :mod:`.experiment`
+(the notebook's harness).
+"""
+
+from .experiment import (
+    OPERATORS,
+    DepthStudy,
+    OperatorRun,
+    Problem,
+    depth_study,
+    improved_fraction,
+    improvement_z,
+    make_problem,
+    mctx_run,
+    mean_regret,
+    prior_greedy_regret,
+    regret_se,
+    run_operator,
+    sh_bracket,
+    value_spread,
+)
+from .method import (
+    C_SCALE,
+    C_VISIT,
+    Diagnostics,
+    SearchResult,
+    completed_q,
+    ess,
+    gumbel_top_k,
+    score_considered,
+    sequential_halving_schedule,
+    sigma_transform,
+    smc_search,
+    smcts_search,
+    systematic_resample,
+    tsmcts_search,
+)
+from .problems import (
+    Maze,
+    MazeSuite,
+    Network,
+    TabularModel,
+    make_maze,
+    make_maze_suite,
+    make_network,
+    value_iteration,
+)
+from .reference import gumbel_mcts_reference, import_mctx
+
+__all__ = [
+    "C_SCALE", "C_VISIT", "OPERATORS", "DepthStudy", "Diagnostics", "Maze", "MazeSuite", "Network", "OperatorRun",
+    "Problem", "SearchResult", "TabularModel", "completed_q", "depth_study", "ess", "gumbel_mcts_reference",
+    "gumbel_top_k", "import_mctx", "improved_fraction", "improvement_z", "make_maze", "make_maze_suite",
+    "make_network", "make_problem", "mctx_run", "mean_regret", "prior_greedy_regret", "regret_se", "run_operator",
+    "score_considered", "sequential_halving_schedule", "sh_bracket", "sigma_transform", "smc_search", "smcts_search",
+    "systematic_resample", "tsmcts_search", "value_iteration", "value_spread",
+]

@@ -1,0 +1,236 @@
+"""The notebook's harness: operators at matched model calls on sets of mazes, and the statistics behind the claims.
+
+A :class:`Problem` is one set of mazes (one block-diagonal model, its roots, exact ``V*``/``Q*`` and the
+imperfect network). :func:`run_operator` runs one operator at one depth for every (root, seed) pair in a single
+batched call and keeps per-(root, seed) arrays; :func:`depth_study` runs several operators over depths and
+**asserts that all of them used the same number of model calls per root** at each depth. The summary helpers
+turn runs into the numbers the notebook plots and claims.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .method import SearchResult, smc_search, smcts_search, tsmcts_search
+from .problems import MazeSuite, Network, make_maze_suite, make_network, value_iteration
+
+__all__ = ["OPERATORS", "DepthStudy", "OperatorRun", "Problem", "depth_study", "improved_fraction",
+           "improvement_z", "make_problem", "mctx_run", "mean_regret", "prior_greedy_regret", "regret_se",
+           "run_operator", "sh_bracket", "value_spread"]
+
+
+def _sh_mc(model, net, roots, n_particles, depth, tau=math.inf, **kw) -> SearchResult:  # noqa: ANN001
+    """Sequential Halving over plain rollouts: TSMCTS with no twist, hence no resampling (``tau`` ignored)."""
+    return tsmcts_search(model, net, roots, n_particles, depth, tau=math.inf, **kw)
+
+
+OPERATORS: dict[str, Callable[..., SearchResult]] = {
+    "SMC": smc_search, "SMCTS": smcts_search, "TSMCTS": tsmcts_search, "SH-MC": _sh_mc}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One set of mazes: the merged model, its roots, exact values and the network the searches use
+    (``net`` in the search dtype); ``hard`` marks roots where the prior's greedy action is suboptimal."""
+
+    suite: MazeSuite
+    seed: int
+    V: torch.Tensor  # (S,) float64, exact
+    Q: torch.Tensor  # (S, A) float64, exact
+    net: Network
+    sigma_v: float
+    hard: np.ndarray
+
+    @property
+    def roots(self) -> torch.Tensor:
+        return self.suite.roots
+
+    @property
+    def n_roots(self) -> int:
+        return int(self.suite.roots.numel())
+
+
+@functools.lru_cache(maxsize=16)
+def _suite_and_values(count: int, n: int, seed: int, roots_per_maze: int, min_distance: int
+                      ) -> tuple[MazeSuite, torch.Tensor, torch.Tensor]:
+    """The mazes and their exact values in float64 on the CPU, cached: problems that differ only in the network's
+    noise or the dtype share them (never mutated)."""
+    suite = make_maze_suite(count, n, roots_per_maze, min_distance, seed)
+    return (suite, *value_iteration(suite.model))
+
+
+def make_problem(count: int, n: int = 8, seed: int = 0, sigma_v: float = 0.3, roots_per_maze: int = 2,
+                 min_distance: int = 6, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+                 ) -> Problem:
+    """``count`` mazes of size ``n`` from ``seed``, with ``roots_per_maze`` roots each and the network of
+    :func:`repro.papers.tsmcts.make_network` (value noise ``sigma_v``, drawn from ``seed + 1``)."""
+    suite, V, Q = _suite_and_values(count, n, seed, roots_per_maze, min_distance)
+    net = make_network(suite.model, V, Q, sigma_v, seed=seed + 1)
+    model = suite.model.to(device, dtype)
+    suite = MazeSuite(suite.mazes, model, suite.roots.to(device), suite.maze_of_root, suite.offsets)
+    Qr = Q[suite.roots.cpu()]
+    greedy = net.logits[suite.roots.cpu()].argmax(-1)
+    hard = (Qr.max(-1).values - Qr.gather(1, greedy[:, None])[:, 0] > 1e-9).numpy()
+    return Problem(suite, seed, V.to(device), Q.to(device), net.to(device, dtype), sigma_v, hard)
+
+
+def prior_greedy_regret(problem: Problem, sample: bool = False) -> float:
+    """Mean regret over the problem's roots of acting on the prior without search: greedily, or (``sample``)
+    by sampling from it (the fair baseline for operators that act through Gumbel noise)."""
+    Q = problem.Q[problem.roots]
+    logits = problem.net.logits[problem.roots]
+    if sample:
+        return float((Q.max(-1).values - (torch.softmax(logits.double(), -1) * Q).sum(-1)).mean())
+    return float((Q.max(-1).values - Q.gather(1, logits.argmax(-1, keepdim=True))[:, 0]).mean())
+
+
+@dataclass
+class OperatorRun:
+    """One operator at one depth on every (root, seed): arrays of shape (roots, seeds)."""
+
+    op: str
+    depth: int
+    tau: float
+    regret: np.ndarray
+    value: np.ndarray
+    improvement: np.ndarray
+    ancestors: np.ndarray
+    resamples: np.ndarray
+    covered0: np.ndarray | None
+    ess_trace: np.ndarray  # (rounds, K), mean over roots and seeds
+    model_calls: int
+    seconds: float
+    compile_seconds: float = 0.0
+
+
+def _generator(device: torch.device | str, *key: object) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def _score(problem: Problem, res: SearchResult, seeds: int) -> dict[str, np.ndarray]:
+    roots = problem.roots.repeat(seeds)
+    Q = problem.Q[roots]
+    V = Q.max(-1).values
+    prior = torch.softmax(problem.net.logits[roots].double(), -1)
+    regret = V - Q.gather(1, res.action[:, None])[:, 0]
+    improvement = (res.policy.double() * Q).sum(-1) - (prior * Q).sum(-1)
+
+    def grid(x: torch.Tensor) -> np.ndarray:
+        return x.double().reshape(seeds, -1).T.cpu().numpy()
+
+    return {"regret": grid(regret), "value": grid(res.value), "improvement": grid(improvement)}
+
+
+def run_operator(problem: Problem, op: str, depth: int, tau: float, seeds: int, n_particles: int = 32, m: int = 4,
+                 seed: int = 0, ess_threshold: float = 0.5) -> OperatorRun:
+    """Operator ``op`` (a key of :data:`OPERATORS`) at ``depth`` with ``n_particles``, ``seeds`` independent
+    searches from every root, in one batched call (its generator seeded from the arguments)."""
+    if op not in OPERATORS:
+        raise ValueError(f"unknown operator {op!r}; choose from {sorted(OPERATORS)}")
+    roots = problem.roots.repeat(seeds)
+    gen = _generator(roots.device, seed, problem.seed, op, depth, tau, n_particles, problem.sigma_v)
+    kw = {"m": m} if op != "SMC" else {}
+    t0 = time.perf_counter()
+    res = OPERATORS[op](problem.suite.model, problem.net, roots, n_particles, depth, tau=tau, generator=gen,
+                        ess_threshold=ess_threshold, **kw)
+    if roots.device.type == "cuda":
+        torch.cuda.synchronize(roots.device)
+    seconds = time.perf_counter() - t0
+    d = res.diagnostics
+    out = _score(problem, res, seeds)
+
+    def grid(x: torch.Tensor) -> np.ndarray:
+        return x.double().reshape(seeds, -1).T.cpu().numpy()
+
+    return OperatorRun(op, depth, tau, out["regret"], out["value"], out["improvement"], grid(d.unique_ancestors),
+                       grid(d.resamples), None if d.covered_round0 is None else grid(d.covered_round0),
+                       d.ess_trace.double().mean(0).cpu().numpy(), d.model_calls, seconds)
+
+
+@dataclass
+class DepthStudy:
+    """Operators × depths on one problem at one twist temperature: ``runs[(op, K)]``."""
+
+    tau: float
+    depths: list[int]
+    ops: list[str]
+    runs: dict[tuple[str, int], OperatorRun]
+
+    def curve(self, op: str, stat: Callable[[OperatorRun], float]) -> np.ndarray:
+        return np.array([stat(self.runs[(op, k)]) for k in self.depths])
+
+
+def depth_study(problem: Problem, ops: Sequence[str], depths: Sequence[int], tau: float, seeds: int,
+                n_particles: int = 32, m: int = 4, seed: int = 0) -> DepthStudy:
+    """Every operator at every depth; raises AssertionError if two operators used different model-call counts
+    at the same depth (the comparison is at matched model calls, ``N · K`` per search)."""
+    runs = {(op, k): run_operator(problem, op, k, tau, seeds, n_particles, m, seed) for k in depths for op in ops}
+    for k in depths:
+        calls = {op: runs[(op, k)].model_calls for op in ops}
+        assert len(set(calls.values())) == 1 and calls[ops[0]] == n_particles * k, \
+            f"model calls differ at depth {k}: {calls}"
+    return DepthStudy(tau, list(depths), list(ops), runs)
+
+
+def mctx_run(problem: Problem, num_simulations: int, seeds: int, m: int = 4, seed: int = 0) -> OperatorRun:
+    """Gumbel MuZero (mctx) from every root, scored like :func:`run_operator`. Two batched calls of ``seeds``
+    searches per root: the first compiles (``compile_seconds``: compile and run), the second is timed
+    (``seconds``); both count, so the arrays hold ``2 · seeds`` searches per root."""
+    from .reference import gumbel_mcts_reference
+
+    roots = problem.roots.repeat(seeds)
+    out, times = [], []
+    for key in (seed + 1, seed):
+        t0 = time.perf_counter()
+        res = gumbel_mcts_reference(problem.suite.model, problem.net, roots, num_simulations, m, key)
+        times.append(time.perf_counter() - t0)
+        out.append((_score(problem, res, seeds), res.diagnostics))
+    cat = {k: np.concatenate([o[0][k] for o in out], 1) for k in ("regret", "value", "improvement")}
+    anc = np.concatenate([d.unique_ancestors.double().reshape(seeds, -1).T.cpu().numpy() for _, d in out], 1)
+    return OperatorRun("Gumbel MCTS (mctx)", num_simulations, math.nan, cat["regret"], cat["value"],
+                       cat["improvement"], anc, np.zeros_like(anc), None, np.full((1, 1), np.nan),
+                       out[0][1].model_calls, times[1], times[0])
+
+
+# ------------------------------------------------------------------------------------------------------- statistics
+def mean_regret(run: OperatorRun, mask: np.ndarray | None = None) -> float:
+    """Mean regret ``V*(s0) − Q*(s0, a)`` over roots (``mask``: a subset) and seeds."""
+    r = run.regret if mask is None else run.regret[mask]
+    return float(r.mean())
+
+
+def regret_se(run: OperatorRun, mask: np.ndarray | None = None) -> float:
+    """Standard error of :func:`mean_regret` over roots (of each root's seed mean)."""
+    r = (run.regret if mask is None else run.regret[mask]).mean(1)
+    return float(r.std(ddof=1) / math.sqrt(len(r)))
+
+
+def value_spread(run: OperatorRun) -> float:
+    """The root value's spread over seeds: each root's standard deviation over seeds, averaged over roots."""
+    return float(run.value.std(1, ddof=1).mean())
+
+
+def improved_fraction(run: OperatorRun) -> float:
+    """Fraction of roots whose seed-mean ``E_π'Q* − E_πQ*`` is ``>= 0`` (to 1e-12)."""
+    return float((run.improvement.mean(1) >= -1e-12).mean())
+
+
+def improvement_z(run: OperatorRun) -> tuple[float, float]:
+    """Mean policy improvement ``E_π'Q* − E_πQ*`` over roots and seeds, and its standard error over roots."""
+    per_root = run.improvement.mean(1)
+    return float(per_root.mean()), float(per_root.std(ddof=1) / math.sqrt(len(per_root)))
+
+
+def sh_bracket(n_particles: int, m: int) -> list[tuple[int, ...]]:
+    """The particles per considered action in each Sequential Halving round (for the bracket diagram)."""
+    from .method import sequential_halving_schedule
+
+    return sequential_halving_schedule(m, n_particles)
