@@ -1,0 +1,73 @@
+"""Multi-adversary Group DRO for GRPO: Prompt-GDRO and Rollout-GDRO.
+
+Paper: K. Panaganti, Z. Liang, W. Yu, H. Mi, D. Yu, "Group Distributionally Robust Optimization-Driven
+Reinforcement Learning for LLM Reasoning", ICML 2026 (arXiv 2601.19280).
+Notebook: ``notebooks/15-grpo-gdro.ipynb``.
+Public code checked against: github.com/kishanpb/verl-gdro (``verl/trainer/group_dro_grpo.py``,
+``verl/trainer/ppo/ray_trainer.py``, ``algorithm_comparison/run_*.sh`` for the hyper-parameters).
+
+Layout: :mod:`.method` (GRPO advantages, the online difficulty bins, the two adversaries, the arm-selection DP and
+the theory: entropic GDRO, the square-root allocation, its shadow-price form, the WSE), :mod:`.problems` (the
+heterogeneous modular-sum task with a chain-of-thought answer), :mod:`.experiment` (the tiny policy, SFT, the
+GRPO loop with either adversary, evaluation and diagnostics).
+
+Deliberate deviations from the paper and the repo (each also stated in the notebook):
+
+* The model and data: a 2-layer transformer on a modular-sum toy instead of Qwen3-Base on DAPO 14.1k.
+* The difficulty statistic is the per-visit mean reward (a pass@1 estimate), not "any rollout correct" (pass@n):
+  pass@n depends on n, which Rollout-GDRO varies.
+* The per-prompt loss fed to both adversaries is ``1 - mean reward``: with one on-policy update per batch the
+  GRPO surrogate of every prompt is exactly 0 (advantages sum to 0 per group), and so is the repo's per-sample
+  policy-gradient loss in our equal-length setting.
+* No KL term (the repo's coefficient is 0.001) and one update per batch (ratio 1, clip inactive).
+* Hysteresis across several bins and the budget rule when no exact split exists (see :mod:`.method`).
+* A warm-up epoch of plain GRPO before the adversaries act.
+"""
+
+from .experiment import (
+    ARM_LABELS,
+    ARMS,
+    ArmLog,
+    Evaluation,
+    Gap,
+    GRPOConfig,
+    Setup,
+    WSEReport,
+    budget_stress,
+    chain_logprobs,
+    evaluate,
+    gaps,
+    hardest_bin_mass_ratio,
+    lead_lag,
+    make_policy,
+    neyman_plan,
+    pass_at_k,
+    post_warmup,
+    prepare,
+    run_arms,
+    sample_chains,
+    sft,
+    summarize,
+    train_arm,
+    wse_report,
+)
+from .method import (
+    OnlineDifficultyBins,
+    PromptGDRO,
+    RolloutGDRO,
+    allocate_arms,
+    entropic_gdro,
+    grpo_advantages,
+    shadow_price_allocation,
+    sqrt_allocation,
+    wse,
+)
+from .problems import GROUPS, HEAVY_TAIL, ModSumTask, Prompts
+
+__all__ = [
+    "ARMS", "ARM_LABELS", "ArmLog", "Evaluation", "GROUPS", "GRPOConfig", "Gap", "HEAVY_TAIL", "ModSumTask",
+    "OnlineDifficultyBins", "PromptGDRO", "Prompts", "RolloutGDRO", "Setup", "WSEReport", "allocate_arms",
+    "budget_stress", "chain_logprobs", "entropic_gdro", "evaluate", "gaps", "grpo_advantages", "hardest_bin_mass_ratio",
+    "lead_lag", "make_policy", "neyman_plan", "pass_at_k", "post_warmup", "prepare", "run_arms", "sample_chains", "sft",
+    "shadow_price_allocation", "sqrt_allocation", "summarize", "train_arm", "wse", "wse_report",
+]
