@@ -1,14 +1,20 @@
-"""Test-session settings: nothing a test runs may touch the committed results/ or figures."""
+"""Test-session settings: nothing a test runs may touch the committed results/ or figures, and nothing goes online."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 
+from repro.tools.portable import QUICK_ENV
+
 # Set at import, before nbval starts any kernel (kernels inherit the environment): notebooks executed by the
 # tests write their results and figures to a scratch folder, not to results/.
 os.environ.setdefault("REPRO_RESULTS_DIR", tempfile.mkdtemp(prefix="repro-test-results-"))
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
+# The portable quick-mode environment (one thread, fixed CPU kernels): the committed outputs were made with it.
+for _key, _value in QUICK_ENV.items():
+    os.environ.setdefault(_key, _value)
 # No person looks at the notebooks the tests execute: explorers render their static animation, no widget.
 os.environ.setdefault("REPRO_HEADLESS", "1")
+# Offline, enforced: runtime.setup in every notebook the tests execute (and in this process) installs the guard
+# that refuses non-loopback connections (repro.tools.offline).
+os.environ.setdefault("REPRO_OFFLINE", "1")

@@ -34,15 +34,31 @@ def test_headless_explorer_is_a_static_animation(monkeypatch, shown):
     assert "<script" in html.data and html.data.count("data:image/png;base64") == 3
 
 
-def test_live_explorer_is_a_widget(monkeypatch):
+def test_live_explorer_is_sliders_and_a_display_handle(monkeypatch):
+    """Live: one slider per keyword and a figure shown through a display handle that each slider updates; no
+    ``interact`` (its Output widget is what made headless clients lose messages, issue 12)."""
     monkeypatch.delenv(plotting.HEADLESS_ENV, raising=False)
     InteractiveShell.instance()
-    calls = []
     import ipywidgets
 
-    monkeypatch.setattr(ipywidgets, "interact", lambda f, **k: calls.append(sorted(k)))
-    plotting.explorer(draw, t=[0.1, 0.5], c=["k", "r"])
-    assert calls == [["c", "t"]]
+    monkeypatch.setattr(ipywidgets, "interact", lambda *a, **k: pytest.fail("no interact: it needs an Output widget"))
+    shown, updates, drawn = [], [], []
+
+    class Handle:
+        def update(self, obj):
+            updates.append(obj)
+
+    def fake_display(*objs, display_id=None, **kw):
+        shown.extend(objs)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr("IPython.display.display", fake_display)
+    plotting.explorer(lambda axes, t, c: drawn.append((t, c)), t=[0.1, 0.5], c=["k", "r"])
+    box, fig = shown
+    sliders = {w.description: w for w in box.children}
+    assert sorted(sliders) == ["c", "t"] and drawn == [(0.1, "k")]
+    sliders["t"].value = 0.5
+    assert drawn[-1] == (0.5, "k") and updates == [fig]
 
 
 def test_explorer_refuses_bad_input(monkeypatch, shown):

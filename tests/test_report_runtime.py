@@ -68,7 +68,7 @@ def test_finish_writes_the_record_and_raises_on_a_failed_asserted_claim(results)
     rec = finish("99-test", mode="quick", seed=0, claims=[ok, reported], metrics={"x": [1, 2]}, display=False)
     on_disk = json.loads((results / "99-test.json").read_text())
     assert on_disk["claims"][1]["verdict"] == "not Re" and rec["metrics"] == {"x": [1, 2]}
-    assert {"runtime_s", "hardware", "versions", "git", "seed", "mode"} <= set(on_disk)
+    assert {"runtime_s", "hardware", "versions", "sources", "seed", "mode"} <= set(on_disk)
     bad = Claim("C3", "fails", paper=1, measured=0.0, lo=0.5)
     with pytest.raises(ClaimFailed, match="C3: measured 0, needed >= 0.5"):
         finish("99-test", mode="quick", seed=0, claims=[ok, bad], display=False)
@@ -157,3 +157,17 @@ def test_run_config_savefig_and_finish(results):
     rec = run.finish([Claim("C1", "x", paper=1, measured=1, hi=2)], {"m": 1}, display=False)
     on_disk = json.loads((results / "99-test.json").read_text())
     assert on_disk["slug"] == "99-test" and rec["runtime_s"] >= 0 and on_disk["metrics"] == {"m": 1}
+
+
+def test_finish_records_what_produced_the_result(results, tmp_path, monkeypatch):
+    nb = tmp_path / "99-test.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": []}],
+                              "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    monkeypatch.setenv(provenance.NOTEBOOK_ENV, str(nb))  # as the batch runner sets it for its kernels
+    ok = Claim("C1", "holds", paper=1, measured=1.0, lo=0.5)
+    src = finish("99-test", mode="quick", seed=0, claims=[ok], display=False)["sources"]
+    assert src["notebook"] == provenance.notebook_source_hash(nb)
+    assert src["library"] == provenance.library_hash()
+    assert src["library_files"]["repro/report.py"] == provenance.file_hash(provenance.library_dir() / "report.py")
+    assert src["commit"] is None  # a notebook outside any checkout
+    assert json.loads((results / "99-test.json").read_text())["sources"] == src

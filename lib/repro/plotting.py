@@ -100,13 +100,21 @@ def explorer(draw: Callable[..., None], frames: Sequence[Mapping[str, Any]] | No
     if not headless():
         import ipywidgets as widgets
 
-        def live(**values: Any) -> None:
-            fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained")
-            _draw_into(draw, axes, values)
-            plt.show()
-
+        # Sliders and a display handle, no Output widget (so no ``interact``): a client without a frontend
+        # (papermill, nbconvert) mimics an Output widget by writing on the shell channel while it awaits the
+        # cell's reply, and jupyter_client >= 8 can lose that reply (issue 12; repro.tools.batch).
         controls = {k: widgets.SelectionSlider(options=v, value=v[0], description=k) for k, v in sliders.items()}
-        widgets.interact(live, **controls)
+        fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained")
+        plt.close(fig)
+
+        def render() -> Any:
+            _draw_into(draw, axes, {k: c.value for k, c in controls.items()})
+            return fig
+
+        display(widgets.VBox(list(controls.values())))
+        handle = display(render(), display_id=True)
+        for c in controls.values():
+            c.observe(lambda _change: handle.update(render()), names="value")
         return
     from matplotlib import animation
 

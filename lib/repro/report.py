@@ -12,6 +12,11 @@ executing a notebook is a test of its claims. A :class:`Claim` is one of two kin
 
 ``timing=True`` marks a claim whose number depends on the machine (wall time, speed ratios): it is kept in the
 JSON with its value and shown with :data:`TIMING_MARK` in the table, which the notebook tests' sanitizer masks.
+
+Every results file records what produced it under ``sources`` (:func:`repro.tools.provenance.sources`): content
+hashes of the notebook's source cells and of the library, a hash per library module the notebook used, and the
+commit when the checkout holds exactly those sources. ``python -m repro sync --check`` compares them with the
+checkout to show stale results.
 """
 
 from __future__ import annotations
@@ -136,7 +141,7 @@ def finish(
         "runtime_s": elapsed,
         "hardware": provenance.hardware(),
         "versions": provenance.versions(packages),
-        "git": provenance.git_revision(),
+        "sources": provenance.sources(slug),
     }
     out = paths.results_file(slug, mode)
     provenance.write_json_atomic(out, record)

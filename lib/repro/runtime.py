@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .tools import paths, registry
+from .tools import offline, paths, registry
 from .tools.paths import MODES, check_mode
 
 __all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "seed_everything", "setup"]
@@ -120,10 +120,13 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     ``slug`` is the notebook's ``NN-name`` (its file stem). Quick mode is the CI configuration: one thread and
     deterministic algorithms on CPU, so two runs give identical numbers. Full mode keeps torch's default
     threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are recorded with the results.
+    With ``$REPRO_OFFLINE`` set (the batch runner and the tests set it), every non-loopback network connection
+    is refused from here on (:mod:`repro.tools.offline`).
     """
     if not isinstance(slug, str) or not SLUG_RE.match(slug):
         raise ValueError(f"setup() takes the notebook's slug 'NN-name' first, got {slug!r}")
     check_mode(mode)
+    offline.install_if_requested()
     dev = device(device_name)
     if mode == "quick":
         pin_threads(1)

@@ -1,5 +1,6 @@
 """The batch runner (python -m repro run): failures are recorded and the rest go on; timeouts kill the whole
-process tree; a killed run leaves earlier results and notebooks intact; bad arguments fail at once."""
+process tree; a hung cell is reported by number within the cell timeout and the notebook retried once; a killed
+run leaves earlier results and notebooks intact; kernels run offline; bad arguments fail at once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from repro.tools import batch
+from repro.tools import batch, provenance
 
 PARAMS = 'MODE = "quick"\nSEED = 0\nDEVICE = "auto"'
 FINISH = (
@@ -58,21 +59,70 @@ def test_a_failing_notebook_is_recorded_and_the_others_run(root):
     assert man["01-ok"]["status"] == "ok" and man["02-bad"]["status"] == "failed"
     assert (man["01-ok"]["claims_passed"], man["01-ok"]["claims_failed"]) == (1, 1)
     assert man["01-ok"]["claims_failed_ids"] == ["C2"]
-    assert {"git", "versions", "hardware", "seconds"} <= set(man["01-ok"])
-    assert json.loads((root / "results" / "01-ok.json").read_text())["mode"] == "quick"
+    assert {"sources", "versions", "hardware", "seconds", "attempts"} <= set(man["01-ok"])
+    rec = json.loads((root / "results" / "01-ok.json").read_text())
+    assert rec["mode"] == "quick"
+    nb_hash = provenance.notebook_source_hash(ok)  # of the executed notebook, written in place
+    assert rec["sources"]["notebook"] == man["01-ok"]["sources"]["notebook"] == nb_hash
+    assert man["01-ok"]["sources"]["library"] == rec["sources"]["library"]  # the kernel's, as recorded
+    assert rec["sources"]["library"].startswith("sha256:") and rec["sources"]["commit"] is None
+    assert man["02-bad"]["sources"]["notebook"] == provenance.notebook_source_hash(bad)  # failed: the runner's
+    assert "repro/report.py" in rec["sources"]["library_files"]
 
 
 def test_a_notebook_past_its_timeout_is_killed(root):
     make_notebook(root, "01-slow", "import os, time\nopen('kernel.pid', 'w').write(str(os.getpid()))\n"
                                    "time.sleep(120)")
     start = time.time()
-    [out] = batch.run(root, "quick", timeout=20, progress=False)
-    assert out.status == "timeout" and "timed out" in out.error
+    [out] = batch.run(root, "quick", timeout=20, progress=False, retries=0)
+    assert out.status == "timeout" and out.attempts == 1 and out.retried is None
+    assert out.error == "timed out after 20 s (the whole notebook); cell 2 (import os, time) was running"
     assert time.time() - start < 60
     pid = int((root / "notebooks" / "kernel.pid").read_text())
     time.sleep(1)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the kernel died with papermill
+
+
+HANG = "import time\ntime.sleep(300)"
+HANG_ONCE = ("# blocks on the first attempt only\nimport os, time\nif not os.path.exists('tried'):\n"
+             "    open('tried', 'w').close()\n    time.sleep(300)")
+
+
+def test_a_hung_cell_is_reported_by_number_and_retried_once(root):
+    ok = make_notebook(root, "01-ok", FINISH)
+    once = make_notebook(root, "02-once", HANG_ONCE, FINISH)
+    hang = make_notebook(root, "03-hang", "x = 1", HANG, FINISH)
+    (root / "results" / "03-hang.json").write_text('{"slug": "03-hang", "old": true}\n')
+    hang_before = hang.read_text()
+    start = time.time()
+    outcomes = batch.run(root, "quick", timeout=120, cell_timeout=3, jobs=2, progress=False)
+    assert time.time() - start < 150  # the cell timeout, not the notebook's, stopped the hung runs
+    first, second, third = outcomes
+    assert (first.status, first.attempts, first.retried) == ("ok", 1, None)
+    assert (second.status, second.attempts) == ("ok", 2)  # a hang that does not recur costs one retry
+    assert second.retried["status"] == "timeout"
+    assert second.retried["error"] == "cell 2 (import os, time) did not finish in 3 s"  # comments skipped
+    assert (third.status, third.attempts) == ("timeout", 2)
+    assert third.error == third.retried["error"] == "cell 3 (import time) did not finish in 3 s"
+    assert third.output == "results/logs/03-hang.quick.failed.ipynb"
+    assert hang.read_text() == hang_before
+    assert (root / "results" / "03-hang.json").read_text() == '{"slug": "03-hang", "old": true}\n'
+    for nb in (ok, once):  # the other notebooks' results are theirs, complete
+        rec = json.loads((root / "results" / f"{nb.stem}.json").read_text())
+        assert rec["slug"] == nb.stem and [c["id"] for c in rec["claims"]] == ["C1", "C2"]
+    man = json.loads((root / "results" / "manifest.json").read_text())["notebooks"]
+    assert man["02-once"]["attempts"] == 2 and man["02-once"]["retried"]["status"] == "timeout"
+    assert man["03-hang"]["status"] == "timeout" and "did not finish in 3 s" in man["03-hang"]["error"]
+    assert "attempt 2; first: cell 2 (import os, time) did not finish in 3 s" in batch.summary(outcomes)
+
+
+def test_kernels_run_offline(root):
+    make_notebook(root, "01-online", "from repro import runtime\nrun = runtime.setup('01-online', MODE, SEED, 'cpu')\n"
+                                     "import urllib.request\nurllib.request.urlopen('http://192.0.2.1/', timeout=5)")
+    [out] = batch.run(root, "quick", progress=False)
+    assert out.status == "failed"
+    assert "offline guard: refused a connection to 192.0.2.1:80" in out.error
 
 
 def test_a_killed_run_leaves_earlier_results_intact(root):

@@ -5,6 +5,13 @@
 the README's results table, and each notebook's header cell (title, Open-in-Colab badge, measured quick
 runtime) and setup cell (the Colab install line). The repository address therefore lives in one place,
 ``_config.yml``. ``build`` syncs and renders the committed outputs with Jupyter Book 1.x; it never executes.
+
+:func:`stale_results` compares each results file's recorded sources (:func:`repro.tools.provenance.sources`) with
+the checkout. A result whose notebook source cells changed since it was written is *stale* and fails
+``sync --check`` (and so the hygiene test): its numbers may no longer be the notebook's. A result whose library
+modules changed, or that records no hashes, is reported as a warning only: the library changes with every
+edit to any shared module, and whether such an edit changes a result is what re-running tells
+(``python -m repro run --stale`` re-executes every stale or warned notebook).
 """
 
 from __future__ import annotations
@@ -13,12 +20,14 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..report import VERDICTS, claims_markdown, counts
+from . import provenance
 from .provenance import write_text_atomic
 from .registry import Paper, load_registry
 
@@ -202,8 +211,54 @@ def generated_files(root: Path) -> dict[Path, str]:
     }
 
 
+@dataclass(frozen=True)
+class Staleness:
+    """Why a results file may not be what its notebook produces now. ``blocking``: it fails ``sync --check``."""
+
+    paper: Paper
+    results: str  # relative to the checkout, e.g. "results/05-linear-contracts.json"
+    reason: str
+    blocking: bool
+
+    def __str__(self) -> str:
+        return f"{self.results} ({self.reason})"
+
+
+def results_path(root: Path, paper: Paper, mode: str = "quick") -> Path:
+    """``results/NN-slug.json`` (quick) or ``results/<mode>/NN-slug.json``."""
+    return root / "results" / ("" if mode == "quick" else mode) / f"{paper.stem}.json"
+
+
+def stale_results(root: Path, mode: str = "quick") -> list[Staleness]:
+    """Every results file whose recorded sources differ from the checkout (see the module docstring), in notebook
+    order; notebooks without a results file are listed too (not blocking: the hygiene test checks those)."""
+    out = []
+    for paper in load_registry(root)[1]:
+        nb = paper.notebook(root)
+        if not nb.exists():
+            continue
+        path = results_path(root, paper, mode)
+        rel = path.relative_to(root).as_posix()
+        rec = _read_json(path)
+        if rec is None:
+            out.append(Staleness(paper, rel, "no results file", False))
+            continue
+        src = rec.get("sources") or {}
+        if not src.get("notebook"):
+            out.append(Staleness(paper, rel, "records no source hashes; re-run to record them", False))
+            continue
+        if src["notebook"] != provenance.notebook_source_hash(nb):
+            out.append(Staleness(paper, rel, "notebook changed", True))
+        changed = provenance.changed_files(src.get("library_files") or {})
+        if changed:
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            out.append(Staleness(paper, rel, f"library changed: {', '.join(changed[:3])}{more}", False))
+    return out
+
+
 def out_of_sync(root: Path) -> list[str]:
-    """Files (and notebooks) whose generated parts are stale; empty when everything agrees."""
+    """Files (and notebooks) whose generated parts are stale, and results whose notebook changed since they were
+    written (blocking :func:`stale_results`); empty when everything agrees."""
     import nbformat
 
     stale = [str(p.relative_to(root)) for p, text in generated_files(root).items()
@@ -212,6 +267,7 @@ def out_of_sync(root: Path) -> list[str]:
         path = paper.notebook(root)
         if path.exists() and sync_notebook(root, paper, nbformat.read(path, as_version=4)):
             stale.append(str(path.relative_to(root)))
+    stale += [str(s) for s in stale_results(root) if s.blocking]
     return stale
 
 

@@ -1,14 +1,15 @@
 """Command line: ``python -m repro run | book | sync | prepare | new``.
 
-* ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--jobs N``,
-  ``--timeout S``, ``--seed K``), record ``results/manifest.json``, then sync the generated pages. Exit 1 if any
-  notebook failed or timed out.
+* ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--stale``, ``--jobs N``,
+  ``--timeout S``, ``--cell-timeout S``, ``--seed K``), record ``results/manifest.json``, then sync the generated
+  pages. A notebook that timed out is retried once. Exit 1 if any notebook failed or timed out.
 * ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
   Sphinx warnings are errors).
 * ``prepare``: build every offline asset the notebooks need (``repro.common.assets``), once.
 * ``new NN``: create paper NN's notebook skeleton (generated header and setup cells, the fixed sections).
 * ``sync``: regenerate ``_toc.yml``, ``book/results.md``, the README table and the notebooks' header and setup
-  cells (``--check`` only reports what is stale, exit 1 if anything is).
+  cells (``--check`` only reports what is stale, exit 1 if anything is: a generated file, or a result whose
+  notebook changed since it was written; results whose library modules changed are warnings).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import sys
 from pathlib import Path
 
 from .paths import check_mode, project_root
+
+QUICK_TIMEOUT = 900.0  # s per notebook in quick mode (the whole process tree is killed past it)
+# s per cell in quick mode: about twice the slowest quick-mode cell measured so far (172 s, under load); a hang is
+# reported as "cell N (first line) did not finish in 300 s" within minutes instead of at the notebook's limit.
+QUICK_CELL_TIMEOUT = 300.0
 
 
 def _root(arg: str | None) -> Path:
@@ -49,8 +55,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", type=_mode, default="quick", help="quick (CI scale, default) or full")
     r.add_argument("--only", type=_only, help="comma-separated notebook numbers, e.g. 05,19")
     r.add_argument("--jobs", type=int, default=1, help="notebooks at once (default 1; 2 cores here)")
+    r.add_argument("--stale", action="store_true",
+                   help="only the notebooks whose results are stale or missing (their notebook or library changed)")
     r.add_argument("--timeout", type=float, default=None,
                    help="seconds per notebook before it is killed (default: 900 in quick mode, none in full mode)")
+    r.add_argument("--cell-timeout", type=float, default=None,
+                   help="seconds per cell before the notebook is stopped and reported (default: 300 in quick "
+                        "mode, none in full mode); a timed-out notebook is retried once")
     r.add_argument("--seed", type=int, default=0, help="SEED injected into every notebook (default 0)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
@@ -72,9 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         from . import batch
 
         try:
-            timeout = args.timeout if args.timeout is not None else (900.0 if args.mode == "quick" else None)
-            outcomes = batch.run(root, mode=args.mode, only=args.only, jobs=args.jobs, timeout=timeout,
-                                 seed=args.seed, progress=not args.no_progress)
+            quick = args.mode == "quick"
+            timeout = args.timeout if args.timeout is not None else (QUICK_TIMEOUT if quick else None)
+            cell_timeout = args.cell_timeout if args.cell_timeout is not None else (
+                QUICK_CELL_TIMEOUT if quick else None)
+            only = args.only
+            if args.stale:
+                wanted = {o.zfill(2) for o in only or []}
+                stale = [s for s in book.stale_results(root, args.mode) if not wanted or s.paper.number in wanted]
+                if not stale:
+                    print("nothing stale: every selected result matches its notebook and library")
+                    return 0
+                print("stale:\n" + "\n".join(f"  {s}" for s in stale))
+                only = sorted({s.paper.number for s in stale})
+            outcomes = batch.run(root, mode=args.mode, only=only, jobs=args.jobs, timeout=timeout,
+                                 seed=args.seed, progress=not args.no_progress, cell_timeout=cell_timeout)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -100,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         return book.build(root, strict=not args.no_strict)
     if args.check:
         stale = book.out_of_sync(root)
-        print("\n".join(f"stale: {s}" for s in stale) or "everything in sync")
+        warnings = [s for s in book.stale_results(root) if not s.blocking]
+        print("\n".join([*(f"stale: {s}" for s in stale), *(f"warning: {w}" for w in warnings)])
+              or "everything in sync")
+        if stale or warnings:
+            print("(python -m repro run --stale re-executes the notebooks of stale results and warnings)")
         return 1 if stale else 0
     changed = book.sync(root)
     print("\n".join(f"updated: {c}" for c in changed) or "nothing to update")

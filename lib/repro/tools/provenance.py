@@ -1,16 +1,31 @@
-"""What produced a result: atomic writes, the git revision, package versions and the hardware.
+"""What produced a result: atomic writes, content hashes of the sources, package versions and the hardware.
 
-Imports no torch: :func:`hardware` reads torch's threads and GPU only if the caller already imported it.
+A results file names the code that produced it by content, not by a ``git describe`` that is ``-dirty`` whenever
+anything in the checkout is uncommitted (:func:`sources`):
+
+* ``notebook``: a hash of the notebook's source cells (type and source of every cell, markdown included; never
+  outputs or metadata, never the generated header and setup cells nor papermill's injected parameters), so
+  executing a notebook or regenerating its header does not change it;
+* ``library``: a hash of every ``.py`` file of the ``repro`` package (``lib/repro``);
+* ``library_files``: a hash per library module the notebook had loaded when it finished, so a later check can
+  name the modules that changed since (:func:`changed_files`), and an edit to one paper's package does not make
+  every other paper's results stale;
+* ``commit``: the commit whose tree holds exactly those notebook sources and modules, else ``None``.
+
+Hashes are ``sha256:`` and 16 hex digits over relative POSIX paths, sorted, with line endings normalised to LF,
+so they are the same on every machine and checkout. Imports no torch: :func:`hardware` reads torch's threads and
+GPU only if the caller already imported it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,6 +77,149 @@ def git_revision(root: Path | None = None) -> str | None:
     if out.returncode != 0:
         return None
     return out.stdout.strip() or None
+
+
+GENERATED_TAGS = ("book-header", "setup", "injected-parameters")  # cells that are not the notebook's own source
+NOTEBOOK_ENV = "REPRO_NOTEBOOK"  # the notebook being executed, set by the batch runner for its kernel
+MISSING = "missing"
+
+
+def _lf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def digest(parts: Iterable[tuple[str, str]]) -> str:
+    """``sha256:`` and 16 hex digits over (name, text) pairs, each length-prefixed, text normalised to LF."""
+    h = hashlib.sha256()
+    for name, text in parts:
+        for piece in (name, _lf(text)):
+            data = piece.encode("utf-8")
+            h.update(len(data).to_bytes(8, "big"))
+            h.update(data)
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def library_dir() -> Path:
+    """The ``repro`` package's folder (``lib/repro`` in a checkout)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _rel(path: Path, base: Path) -> str:
+    return path.relative_to(base).as_posix()
+
+
+def library_sources(package: Path | None = None) -> list[str]:
+    """Every ``.py`` file of the package, as sorted POSIX paths relative to its parent (``repro/...``)."""
+    package = package or library_dir()
+    return sorted(_rel(p, package.parent) for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def file_hash(path: Path) -> str:
+    """The hash of one text file's content (LF-normalised), or ``"missing"``."""
+    try:
+        return digest([("", path.read_bytes().decode("utf-8", errors="replace"))])
+    except OSError:
+        return MISSING
+
+
+def library_hash(package: Path | None = None) -> str:
+    """One hash over every ``.py`` file of the library: relative path and content, in path order."""
+    package = package or library_dir()
+    return digest((rel, (package.parent / rel).read_bytes().decode("utf-8", errors="replace"))
+                  for rel in library_sources(package))
+
+
+def loaded_library_files() -> dict[str, str]:
+    """``{"repro/...py": hash}`` for every library module loaded in this process (what a notebook used)."""
+    package = library_dir()
+    found = {}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not f or not f.endswith(".py"):
+            continue
+        path = Path(f).resolve()
+        if path.is_relative_to(package):
+            found[_rel(path, package.parent)] = file_hash(path)
+    return dict(sorted(found.items()))
+
+
+def changed_files(recorded: Mapping[str, str], package: Path | None = None) -> list[str]:
+    """The recorded library modules whose content differs now (or that are gone), sorted."""
+    base = (package or library_dir()).parent
+    return sorted(rel for rel, h in recorded.items() if file_hash(base / rel) != h)
+
+
+def notebook_source_hash(nb: Path | Mapping[str, Any]) -> str:
+    """The hash of a notebook's own source cells (see the module docstring): cell type and source, in order."""
+    if isinstance(nb, Path):
+        nb = json.loads(nb.read_text(encoding="utf-8"))
+    parts = []
+    for cell in nb.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if any(t in GENERATED_TAGS for t in tags):
+            continue
+        src = cell.get("source", "")
+        parts.append((cell.get("cell_type", ""), "".join(src) if isinstance(src, list) else src))
+    return digest(parts)
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def commit_if_clean(root: Path | None, notebook: Path | None, notebook_hash: str | None,
+                    files: Iterable[str], package: Path | None = None) -> str | None:
+    """The ``HEAD`` commit if it holds exactly these sources: the notebook's source cells hash the same at
+    ``HEAD`` and none of the library ``files`` (``repro/...``, under ``lib/``) differ from ``HEAD``. Else ``None``
+    (uncommitted changes, outside a git checkout, or the library is not the checkout's ``lib/repro``)."""
+    if root is None or notebook is None or notebook_hash is None:
+        return None
+    root = root.resolve()
+    if (package or library_dir()).resolve() != root / "lib" / "repro" or not notebook.resolve().is_relative_to(root):
+        return None
+    head = _git(root, "rev-parse", "--verify", "HEAD")
+    if not head:
+        return None
+    rel_nb = notebook.resolve().relative_to(root).as_posix()
+    committed = _git(root, "show", f"HEAD:{rel_nb}")
+    try:
+        if committed is None or notebook_source_hash(json.loads(committed)) != notebook_hash:
+            return None
+    except ValueError:
+        return None
+    paths = [f"lib/{f}" for f in files]
+    if paths:
+        status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
+        if status is None or status.strip():
+            return None
+    return head.strip()
+
+
+def current_notebook(slug: str) -> Path | None:
+    """The notebook being run: ``$REPRO_NOTEBOOK`` (set by the batch runner), else ``notebooks/<slug>.ipynb`` of
+    the checkout, else ``None`` (e.g. on Colab without a checkout)."""
+    if os.environ.get(NOTEBOOK_ENV):
+        return Path(os.environ[NOTEBOOK_ENV])
+    root = project_root()
+    path = root / "notebooks" / f"{slug}.ipynb" if root else None
+    return path if path is not None and path.exists() else None
+
+
+def sources(slug: str) -> dict[str, Any]:
+    """What produced the results of notebook ``slug`` (see the module docstring), for its results file."""
+    nb = current_notebook(slug)
+    try:
+        nb_hash = notebook_source_hash(nb) if nb is not None else None
+    except (OSError, ValueError):
+        nb_hash = None
+    files = loaded_library_files()
+    root = project_root(nb.parent) if nb is not None else project_root()
+    return {"notebook": nb_hash, "library": library_hash(), "library_files": files,
+            "commit": commit_if_clean(root, nb, nb_hash, files)}
 
 
 def versions(packages: Iterable[str] = ()) -> dict[str, str]:
