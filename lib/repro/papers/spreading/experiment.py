@@ -1,0 +1,353 @@
+"""Experiment harness of notebook 08: the engine against EoN, the three pathologies (optimism, hub blindness,
+bimodal outcomes), Markov against renewal dynamics, control policies trained by CEM in each simulator and
+evaluated on the renewal one, and transfer to larger graphs. Every function takes its seed explicitly, so the
+notebook reproduces its numbers exactly.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import torch
+from torch import Tensor
+
+from .control import CEMResult, cem_optimize
+from .engine import INF, RenewalSIR
+from .env import (
+    SIMULATORS,
+    ControlTask,
+    SpreadingControlEnv,
+    crn_draws,
+    make_simulator,
+    policy_returns,
+    rollout,
+)
+from .hazards import Exponential, Law
+from .mean_field import mean_field_ode
+from .observation import degree_tiers
+
+GRAPH_FAMILIES = ("ba", "hk")
+EON_METHODS = ("nonmarkov", "fast_sir", "gillespie")
+
+
+def make_graph(family: str, n: int, seed: int, *, m: int = 3, triangle_p: float = 0.3) -> nx.Graph:
+    """A generated social-network stand-in: ``"ba"`` Barabási–Albert (``m`` edges per new node), ``"hk"``
+    Holme–Kim (``powerlaw_cluster_graph``: BA plus triangle closure with probability ``triangle_p``, so heavy
+    tails *and* clustering)."""
+    if family == "ba":
+        return nx.barabasi_albert_graph(n, m, seed=seed)
+    if family == "hk":
+        return nx.powerlaw_cluster_graph(n, m, triangle_p, seed=seed)
+    raise ValueError(f"unknown graph family {family!r}; use one of {GRAPH_FAMILIES}")
+
+
+def import_eon():
+    """EoN 2.0, its import-time DeprecationWarning (``scipy.ndimage.interpolation``) silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import EoN
+    return EoN
+
+
+# ----------------------------------------------------------------------------------------------- outbreaks
+@dataclass
+class OutbreakStats:
+    """Final sizes summarised: extinction probability (final size < ``low``), mean size of major outbreaks, mean
+    size, and the mass below ``low``, in ``[low, high]`` and above ``high``; with standard errors."""
+
+    n: int
+    p_ext: float
+    se_p_ext: float
+    major: float
+    se_major: float
+    mean: float
+    mass_low: float
+    mass_mid: float
+    mass_high: float
+
+
+def outbreak_stats(sizes: np.ndarray | Tensor, *, low: float = 0.05, high: float = 0.3) -> OutbreakStats:
+    x = np.asarray(torch.as_tensor(sizes).cpu(), dtype=float)
+    if x.ndim != 1 or len(x) < 2 or np.isnan(x).any():
+        raise ValueError("need at least two final sizes, without NaN")
+    ext = x < low
+    maj = x[~ext]
+    p = float(ext.mean())
+    return OutbreakStats(n=len(x), p_ext=p, se_p_ext=float(np.sqrt(p * (1 - p) / len(x))),
+                         major=float(maj.mean()) if len(maj) else float("nan"),
+                         se_major=float(maj.std(ddof=1) / np.sqrt(len(maj))) if len(maj) > 1 else float("nan"),
+                         mean=float(x.mean()), mass_low=p, mass_mid=float(((x >= low) & (x <= high)).mean()),
+                         mass_high=float((x > high).mean()))
+
+
+def _transmission_delay(source, target, beta: float, rng: np.random.Generator) -> float:
+    return rng.exponential(1.0 / beta)
+
+
+def _period(node, law: Law, rng: np.random.Generator) -> float:
+    return float(law.sample(rng))
+
+
+def eon_final_sizes(graph: nx.Graph, beta: float, law: Law, runs: int, seed: int, *,
+                    method: str = "nonmarkov") -> tuple[np.ndarray, float]:
+    """Final sizes of ``runs`` EoN simulations from one uniformly random initial node, and the seconds they took.
+    ``"nonmarkov"``: ``fast_nonMarkov_SIR`` (exponential transmission delays of rate ``beta``, infectious periods
+    from ``law``); ``"fast_sir"`` / ``"gillespie"``: EoN's Markov simulators (``law`` must be exponential).
+    Run ``s`` is seeded only through ``rng=np.random.default_rng([seed, s])`` (EoN 2.0 ignores global seeds)."""
+    if method not in EON_METHODS:
+        raise ValueError(f"unknown EoN method {method!r}; use one of {EON_METHODS}")
+    if method != "nonmarkov" and not isinstance(law, Exponential):
+        raise ValueError(f"EoN's {method} simulates Markov SIR only; pass an Exponential law")
+    EoN = import_eon()
+    nodes, N = list(graph), graph.number_of_nodes()
+    out = np.empty(runs)
+    t0 = time.perf_counter()
+    for s in range(runs):
+        rng = np.random.default_rng([seed, s])
+        init = [nodes[int(rng.integers(N))]]
+        if method == "nonmarkov":
+            res = EoN.fast_nonMarkov_SIR(graph, trans_time_fxn=_transmission_delay, rec_time_fxn=_period,
+                                         trans_time_args=(beta, rng), rec_time_args=(law, rng),
+                                         initial_infecteds=init, rng=rng)
+        elif method == "fast_sir":
+            res = EoN.fast_SIR(graph, beta, law.rate, initial_infecteds=init, rng=rng)
+        else:
+            res = EoN.Gillespie_SIR(graph, beta, law.rate, initial_infecteds=init, rng=rng)
+        out[s] = res[3][-1] / N
+    return out, time.perf_counter() - t0
+
+
+@dataclass
+class Outbreaks:
+    """Uncontrolled engine outbreaks: per-tier state counts at ``t = 0, every, 2·every, …`` (``[T, R, K, 4]``,
+    frozen after extinction), final sizes ``[R]``, the node tiers, and the seconds the simulation took."""
+
+    counts: Tensor
+    final: np.ndarray
+    tiers: Tensor
+    every: float
+    seconds: float
+
+    @property
+    def times(self) -> np.ndarray:
+        return np.arange(self.counts.shape[0]) * self.every
+
+
+def record_outbreaks(graph: nx.Graph, beta: float, law: Law, replicas: int, seed: int, *, tiers: int = 4,
+                     every: float = 1.0, tmax: float = 200.0, dt: float = 0.1,
+                     device: torch.device | str = "cpu") -> Outbreaks:
+    """Simulate ``replicas`` uncontrolled outbreaks with :class:`~.engine.RenewalSIR` and record the per-tier
+    counts every ``every`` time units until all are over."""
+    tier = degree_tiers(graph, tiers, device=device)
+    eng = RenewalSIR(graph, beta, law, dt=dt, tiers=tier, device=device)
+    t0 = time.perf_counter()
+    eng.reset(replicas, seed=seed)
+    frames = [eng.tier_counts()]
+    while bool(eng.alive.any()) and eng.t < tmax - 1e-9:
+        eng.step(None, every)
+        frames.append(eng.tier_counts())
+    seconds = time.perf_counter() - t0
+    return Outbreaks(counts=torch.stack(frames).cpu(), final=eng.final_size().cpu().numpy(), tiers=tier.cpu(),
+                     every=every, seconds=seconds)
+
+
+def engine_final_sizes(graph: nx.Graph, beta: float, law: Law, replicas: int, seed: int, *, dt: float = 0.1,
+                       rule: str = "exact", device: torch.device | str = "cpu") -> tuple[np.ndarray, float]:
+    """Final sizes of ``replicas`` engine outbreaks from one uniformly random node, and the seconds they took."""
+    eng = RenewalSIR(graph, beta, law, dt=dt, rule=rule, device=device)
+    t0 = time.perf_counter()
+    eng.reset(replicas, seed=seed)
+    sizes = eng.run()
+    if eng.device.type == "cuda":
+        torch.cuda.synchronize(eng.device)
+    return sizes.cpu().numpy(), time.perf_counter() - t0
+
+
+def beta_scan(graph: nx.Graph, betas: list[float], laws: dict[str, Law], replicas: int, seed: int, *,
+              dt: float = 0.1, device: torch.device | str = "cpu") -> dict[str, dict[str, np.ndarray]]:
+    """Extinction probability (with its standard error), mean final size, mean major size and the final sizes
+    (``[B, replicas]``) against ``beta`` for each law."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for j, (name, law) in enumerate(laws.items()):
+        rows, finals = [], []
+        for b, beta in enumerate(betas):
+            sizes, _ = engine_final_sizes(graph, beta, law, replicas, seed * 7919 + 101 * j + b, dt=dt, device=device)
+            st = outbreak_stats(sizes)
+            rows.append((st.p_ext, st.mean, st.major, st.se_p_ext))
+            finals.append(sizes)
+        a = np.array(rows)
+        out[name] = {"beta": np.asarray(betas), "p_ext": a[:, 0], "mean": a[:, 1], "major": a[:, 2],
+                     "se_p_ext": a[:, 3], "sizes": np.stack(finals)}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- pathologies
+def _features(out: Outbreaks) -> dict[str, Tensor]:
+    c = out.counts.double()  # [T, R, K, 4]
+    size = c[0].sum(-1, keepdim=True)  # [R, K, 1] tier sizes
+    N = float(size[0].sum())
+    T, R = c.shape[:2]
+    return {"global": c.sum(2)[..., :3] / N, "stratified": (c / size)[..., :3].reshape(T, R, -1), "counts": c,
+            "N": torch.tensor(N)}
+
+
+def hub_blindness(out: Outbreaks, *, early: float = 0.1, alpha: float = 1e-4, max_windows: int = 8000,
+                  seed: int = 0) -> dict[str, float]:
+    """How well the next interval's incidence (new infections / N) is predicted from the global observation
+    (pooled S, I, R fractions) and from the stratified one (per-tier fractions): held-out R² of a ridge
+    regression on degree-2 polynomial features (scikit-learn), trained on even replicas and tested on odd ones
+    (at most ``max_windows`` random windows each). ``early``: the same restricted to windows where fewer than
+    ``early`` of the nodes have been infected so far."""
+    from sklearn.linear_model import Ridge
+    from sklearn.metrics import r2_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures
+
+    f = _features(out)
+    c, N = f["counts"], float(f["N"])
+    incidence = (c[:-1, :, :, 0].sum(-1) - c[1:, :, :, 0].sum(-1)) / N  # [T-1, R]
+    live = c[:-1, :, :, INF].sum(-1) > 0
+    attacked = 1.0 - f["global"][:-1, :, 0]
+    T, R = incidence.shape
+    is_train = (torch.arange(R) % 2 == 0)[None, :].expand(T, R)
+    gen = torch.Generator().manual_seed(seed)
+    res: dict[str, float] = {}
+    for window, mask in (("all", live), ("early", live & (attacked < early))):
+        idx = {}
+        for part, sel in (("train", mask & is_train), ("test", mask & ~is_train)):
+            flat = torch.nonzero(sel.reshape(-1)).squeeze(1)
+            idx[part] = flat[torch.randperm(len(flat), generator=gen)[:max_windows]]
+        y = incidence.reshape(-1)
+        for name in ("global", "stratified"):
+            X = f[name][:-1].reshape(T * R, -1)
+            model = make_pipeline(PolynomialFeatures(2), Ridge(alpha=alpha))
+            model.fit(X[idx["train"]].numpy(), y[idx["train"]].numpy())
+            pred = model.predict(X[idx["test"]].numpy())
+            res[f"r2_{name}_{window}"] = float(r2_score(y[idx["test"]].numpy(), pred))
+        res[f"windows_{window}"] = int(mask.sum())
+    return res
+
+
+def early_outcome_auc(out: Outbreaks, *, at: float = 3.0, major: float = 0.05) -> dict[str, float]:
+    """How well the observation at time ``at`` tells a major outbreak (final size ≥ ``major``) from one that
+    dies out: held-out ROC AUC of a logistic regression (scikit-learn) on the global and on the stratified
+    observation, over the replicas still alive at ``at`` (even replicas train, odd ones test)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    f = _features(out)
+    k = int(round(at / out.every))
+    if not 0 <= k < f["counts"].shape[0]:
+        raise ValueError(f"no recorded frame at t = {at}")
+    alive = f["counts"][k, :, :, INF].sum(-1) > 0
+    y = torch.as_tensor(out.final >= major)
+    res: dict[str, float] = {"alive_at": int(alive.sum())}
+    tr = alive & (torch.arange(len(y)) % 2 == 0)
+    te = alive & (torch.arange(len(y)) % 2 == 1)
+    for name in ("global", "stratified"):
+        X = f[name][k]
+        clf = LogisticRegression(max_iter=2000).fit(X[tr].numpy(), y[tr].numpy())
+        res[f"auc_{name}"] = float(roc_auc_score(y[te].numpy(), clf.predict_proba(X[te].numpy())[:, 1]))
+    return res
+
+
+def mean_field_curve(graph: nx.Graph, beta: float, law: Law, times: np.ndarray) -> dict[str, np.ndarray]:
+    """The mean-field ODE (exponential recovery with the law's mean) from one initial node."""
+    return mean_field_ode(graph, beta, 1.0 / law.mean, times)
+
+
+# ----------------------------------------------------------------------------------------------- control
+def train_cem(graph: nx.Graph, dynamics: str, task: ControlTask, *, runs: int, iters: int, population: int,
+              elites: int, episodes: int, seed: int, device: torch.device | str = "cpu") -> CEMResult:
+    """``runs`` independent CEM optimisations (batched) of constant per-tier intensities in simulator
+    ``dynamics``; each candidate is scored by its mean return over ``episodes`` episodes, with the episodes
+    shared by the candidates of one run and iteration (common random numbers) and fresh every iteration."""
+    if dynamics not in SIMULATORS:
+        raise ValueError(f"unknown simulator {dynamics!r}; use one of {SIMULATORS}")
+    sim = make_simulator(graph, dynamics, task, device=device)
+    gen = torch.Generator().manual_seed(seed)
+    K, N = task.tiers, graph.number_of_nodes()
+
+    def objective(theta: Tensor, it: int) -> Tensor:
+        S_, P, _ = theta.shape
+        th = theta.reshape(S_ * P, K).to(device, torch.float32)
+        if dynamics == "ode":
+            sim.reset(S_ * P)
+            return rollout(sim, th.double(), task)["return"].view(S_, P).cpu()
+        init, thr, qu = crn_draws(N, S_ * episodes, seed * 1_000_003 + it, device)  # fresh per run and iteration
+        # replica (run s, candidate p, episode e) plays episode (s, e): a run's candidates share its episodes
+        ep = (torch.arange(S_, device=device)[:, None, None] * episodes
+              + torch.arange(episodes, device=device)[None, None, :]).expand(S_, P, episodes).reshape(-1)
+        sim.reset(S_ * P * episodes, initial=init[ep], thresholds=thr[ep], period_quantiles=qu[ep],
+                  seed=seed * 1_000_003 + it)
+        ret = rollout(sim, th.repeat_interleave(episodes, 0), task)["return"]
+        return ret.view(S_, P, episodes).mean(-1).cpu()
+
+    return cem_optimize(objective, K, runs=runs, iters=iters, population=population, elites=elites,
+                        generator=gen)
+
+
+@dataclass
+class Evaluation:
+    """Per policy (``[P, E]``, episodes shared by all policies): return, attack rate, doses, hub retention."""
+
+    names: list[str]
+    ret: np.ndarray
+    attack: np.ndarray
+    doses: np.ndarray
+    hubs_kept: np.ndarray
+
+    def mean(self) -> np.ndarray:
+        return self.ret.mean(1)
+
+    def paired(self, a: int, b: int) -> tuple[float, float]:
+        """Mean and standard error of the paired return difference policy ``a`` − policy ``b``."""
+        d = self.ret[a] - self.ret[b]
+        return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+
+
+def evaluate(graph: nx.Graph, dynamics: str, thetas: Tensor, names: list[str], task: ControlTask, *, episodes: int,
+             seed: int, device: torch.device | str = "cpu") -> Evaluation:
+    """Evaluate constant-intensity policies in one simulator on common episodes."""
+    out = policy_returns(graph, dynamics, thetas, task, episodes=episodes, seed=seed, device=device)
+    return Evaluation(names=list(names), **{k: out[k].cpu().numpy() for k in ("attack", "doses", "hubs_kept")},
+                      ret=out["return"].cpu().numpy())
+
+
+def train_sb3(algo: str, graph: nx.Graph, task: ControlTask, *, dynamics: str = "renewal",
+              observer: str = "stratified", steps: int = 20_000, seed: int = 0, eval_episodes: int = 50,
+              device: str = "cpu") -> dict[str, object]:
+    """Full mode: train sb3-contrib's TQC or stable-baselines3's SAC (``algo`` in {"tqc", "sac"}) on
+    :class:`~.env.SpreadingControlEnv` and evaluate the deterministic policy on the renewal simulator. Returns the
+    evaluation returns, the learning curve (episode returns seen in training) and the model."""
+    from sb3_contrib import TQC
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.monitor import Monitor
+
+    env = Monitor(SpreadingControlEnv(graph, task, dynamics=dynamics, observer=observer))
+    kw = dict(learning_starts=min(1000, steps // 4), seed=seed, device=device, verbose=0, gamma=0.99,
+              buffer_size=max(steps, 1000))
+    if algo == "tqc":
+        model = TQC("MlpPolicy", env, top_quantiles_to_drop_per_net=2,
+                    policy_kwargs=dict(n_critics=2, n_quantiles=25, net_arch=[64, 64]), **kw)
+    elif algo == "sac":
+        model = SAC("MlpPolicy", env, policy_kwargs=dict(net_arch=[64, 64]), **kw)
+    else:
+        raise ValueError(f"algo must be 'tqc' or 'sac', got {algo!r}")
+    model.learn(steps)
+    test = SpreadingControlEnv(graph, task, dynamics="renewal", observer=observer)
+    returns = []
+    for e in range(eval_episodes):
+        obs, _ = test.reset(seed=10_000 + e)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, r, term, trunc, _ = test.step(action)
+            total += r
+            done = term or trunc
+        returns.append(total)
+    return {"eval_returns": np.array(returns), "train_returns": np.array(env.get_episode_rewards()), "model": model}
