@@ -104,18 +104,51 @@ def quick_runtime(root: Path, paper: Paper) -> str:
     return f"{entry['seconds']:.0f} s on {where}"
 
 
+BAR_COLORS = {"Re": "#1b6ca8", "~Re": "#66a182", "not Re": "#d1495b", "pass": "#bbbbbb", "fail": "#2e4057"}
+BAR_UNIT_PX = 14
+
+
+def verdict_bar(record: dict[str, Any] | None) -> str:
+    """A stacked bar (inline HTML, one segment per verdict, checks last) for one results record."""
+    if not record:
+        return ""
+    n = counts(record.get("claims", []))
+    return "".join(f'<span title="{n[v]} {v}" style="display:inline-block;width:{n[v] * BAR_UNIT_PX}px;'
+                   f'height:0.9em;background:{BAR_COLORS[v]}"></span>' for v in BAR_COLORS if n[v])
+
+
+def render_overview(root: Path) -> list[str]:
+    """The results page's first section: one row per paper with its verdicts as a stacked bar."""
+    _, papers = load_registry(root)
+    legend = " ".join(f'<span style="display:inline-block;width:{BAR_UNIT_PX}px;height:0.9em;background:{c}">'
+                      f"</span> {v}" for v, c in BAR_COLORS.items())
+    rows = ["## Overview", "",
+            "One row per paper: its paper claims by verdict and the checks of our own code, one block per claim. "
+            f"Legend: {legend} (checks: pass / fail).", "",
+            "| # | paper | verdicts | paper claims | checks |", "|---|---|---|---|---|"]
+    for p in papers:
+        rec = _read_json(p.results(root))
+        if p.notebook(root).exists() and rec is not None:
+            rows.append(f"| {p.number} | [{p.title}](#results-{p.number}) | {verdict_bar(rec)} | "
+                        f"{verdict_counts(rec)} | {check_counts(rec)} |")
+    return rows + [""]
+
+
 def render_results_page(root: Path) -> str:
-    """``book/results.md``: every claim of every notebook, from ``results/NN-slug.json`` (quick mode)."""
+    """``book/results.md``: the overview, then every claim of every notebook, from ``results/NN-slug.json``."""
     _, papers = load_registry(root)
     lines = ["# Results: every claim", "", f"<!-- {GENERATED} -->", "",
              "Each row is one claim of one paper, as checked by the last cell of its notebook in quick mode. "
-             "*asserted* claims fail the notebook (and CI) when they do not hold; *reported* ones are shown "
-             "for what they are. How to read a verdict: see the [introduction](intro.md).", ""]
+             "A *paper* claim is a statement of the paper (Re, ~Re, not Re); a *check* tests our implementation "
+             "against a reference (pass, fail) and is never counted as a reproduction. *asserted* claims fail the "
+             "notebook (and CI) when they do not hold; *reported* ones are shown for what they are. How to read a "
+             "verdict: see the [introduction](intro.md).", ""]
+    lines += render_overview(root)
     for p in papers:
         rec = _read_json(p.results(root))
         if not p.notebook(root).exists() or rec is None:
             continue
-        lines += [f"## {p.number} · [{p.title}](../notebooks/{p.stem}.ipynb)", "",
+        lines += [f"(results-{p.number})=", f"## {p.number} · [{p.title}](../notebooks/{p.stem}.ipynb)", "",
                   f"Paper claims: {verdict_counts(rec)}; checks of our code: {check_counts(rec)} "
                   f"(mode {rec['mode']}, seed {rec['seed']}).", "",
                   claims_markdown(rec["claims"])]
