@@ -59,3 +59,13 @@ def test_licenses_are_linked():
         assert (ROOT / name).exists() and f"({name})" in readme, name
     footer = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["extra_footer"]
     assert "CC BY 4.0" in footer and "MIT" in footer
+
+
+def test_book_links_results_contributing_and_repository():
+    intro = (ROOT / "book" / "intro.md").read_text()
+    for target in ("(results.md)", "(contributing.md)", f"<{book.repository(ROOT)[0]}>"):
+        assert target in intro, target
+    assert "../CONTRIBUTING.md" in (ROOT / "book" / "contributing.md").read_text()
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    assert "book/contributing" in files and "book/results" in files

@@ -18,7 +18,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,13 +95,13 @@ class Run:
             raise KeyError(f"full-mode settings {unknown} have no quick-mode default")
         return {**quick, **full} if self.mode == "full" else dict(quick)
 
-    def savefig(self, fig: Any, name: str) -> Path:
+    def savefig(self, fig: Any, name: str) -> None:
         """Save ``fig`` as ``results/figures/<slug>/<name>.png`` (for readers who want the files); the notebook
-        still shows it inline, and the book renders that inline copy."""
+        still shows it inline, and the book renders that inline copy. Returns nothing, so a cell may end with it
+        without printing a path (the outputs hold no paths)."""
         out = paths.figure_file(self.slug, name)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, metadata={"Software": None})
-        return out
 
     def finish(self, claims: list[Any], metrics: Mapping[str, Any] | None = None,
                display: bool = True) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def skeleton(root: Path, paper: Paper) -> nbformat.NotebookNode:
         _md(f"## Method\n\nThe equations, then: *Implemented in `{module}.function`* (every dotted name is checked "
             "to resolve). **Data**: where it comes from (generated / shipped in a PyPI package / committed)."),
         _md("## Experiments\n\nOne section per reproduced figure or table (\"Reproduces Fig. 3\"), with the paper's "
-            "values drawn on the same axes (`plotting.PAPER`) where it reports them."),
+            "values drawn on the same axes (`ax.plot(x, y, **plotting.PAPER)`) where it reports them."),
         _md("## Explorer\n\n`plotting.explorer(draw, frames, **sliders)`: a slider with a live kernel, an "
             "animation in the book."),
         _md("## Paper vs. reproduced\n\n`kind=\"paper\"` claims get Re / ~Re / not Re; `kind=\"check\"` claims "
