@@ -89,7 +89,7 @@ HANG_ONCE = ("# blocks on the first attempt only\nimport os, time\nif not os.pat
              "    open('tried', 'w').close()\n    time.sleep(300)")
 
 
-def test_a_hung_cell_is_reported_by_number_and_retried_once(root):
+def test_a_hung_cell_is_reported_by_number_and_retried_once(root):  # on a 2-worker Dask LocalCluster
     ok = make_notebook(root, "01-ok", FINISH)
     once = make_notebook(root, "02-once", HANG_ONCE, FINISH)
     hang = make_notebook(root, "03-hang", "x = 1", HANG, FINISH)
@@ -167,6 +167,8 @@ def test_unknown_notebook_number_and_bad_arguments(root):
         batch.discover(root, ["07"])
     with pytest.raises(ValueError, match="jobs"):
         batch.run(root, "quick", jobs=0, progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        batch.run(root, "quick", jobs=2, cluster="local:2", progress=False)
     with pytest.raises(ValueError, match="unknown MODE"):
         batch.run(root, "fast", progress=False)
     assert [p.name for p in batch.discover(root, ["5"])] == ["05-x.ipynb"]
@@ -207,3 +209,24 @@ def test_two_runs_at_once_keep_each_others_manifest_records(root):
     assert all(p.exitcode == 0 for p in procs)
     man = json.loads((root / "results" / "manifest.json").read_text())["notebooks"]
     assert len(man) == 30
+
+
+def test_the_client_fills_in_the_commit_a_scratch_kernel_cannot_see(root, monkeypatch):
+    """Kernels run in a scratch folder outside git; the client asks git as a kernel in the checkout would
+    (provenance.commit_if_clean, tested in test_provenance) and writes the answer into the results and record."""
+    nb = make_notebook(root, "01-ok", FINISH)
+    asked = []
+
+    def commit_if_clean(r, notebook, nb_hash, files, package=None):
+        asked.append((r, notebook, nb_hash, sorted(files)))
+        return "c0ffee"
+
+    monkeypatch.setattr(provenance, "commit_if_clean", commit_if_clean)
+    result = batch.run_task(batch.make_task(root, nb, "quick"))
+    assert json.loads(result.files["results/01-ok.json"])["sources"]["commit"] is None  # as the kernel saw it
+    out = batch.deliver(root, nb, result)
+    rec = json.loads((root / "results" / "01-ok.json").read_text())
+    assert rec["sources"]["commit"] == out.sources["commit"] == "c0ffee"
+    assert asked == [(root, nb, provenance.notebook_source_hash(nb), sorted(rec["sources"]["library_files"]))]
+    with pytest.raises(ValueError, match="outside results/"):
+        batch.deliver(root, nb, batch.TaskResult(out, {"../evil.py": b""}))

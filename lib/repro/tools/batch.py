@@ -7,6 +7,15 @@ timed-out or killed run never leaves a half-written notebook; the failed copy is
 (:func:`repro.report.finish`). ``results/manifest.json`` is updated after every notebook, so a run killed
 half-way keeps the records of what finished. Quick mode runs each kernel in the portable environment of
 :mod:`repro.tools.portable` (one thread, fixed CPU kernels).
+By default the notebooks run one after another in this process, in the checkout, without Dask. With
+``--cluster`` (``--jobs N`` is ``--cluster local:N``) each notebook is a :class:`Task` for a Dask worker
+(:mod:`repro.tools.cluster`): its bytes, ``MODE``, ``SEED``, the timeouts and the client's library hash, nothing
+that needs a shared filesystem. :func:`run_task` lays it out in a scratch folder shaped like a checkout and runs
+the same :func:`execute` there (same papermill command, timeouts, retries and environment), then returns the
+executed notebook, the results file and the figures as bytes (:class:`TaskResult`); only the client writes them
+into the checkout (:func:`deliver`, each file atomically, Ctrl-C deferred until the notebook's files and its
+manifest record are written). A cluster kernel's working folder is the scratch ``notebooks/``: files a notebook
+writes beside itself are discarded with it.
 Full mode writes executed notebooks and results under ``results/full/`` so the committed quick-mode
 outputs (which the tests compare against) stay as they are.
 
@@ -16,7 +25,8 @@ is killed. A notebook that timed out either way is retried once (``retries``); t
 attempt's error under ``retried``. Kernels run offline (``$REPRO_OFFLINE=1``: ``runtime.setup`` installs the
 guard of :mod:`repro.tools.offline`) and headless (``$REPRO_HEADLESS=1``: explorers render their animation, no
 widget). Each record carries the content hashes of the notebook's sources and of the library
-(:mod:`repro.tools.provenance`).
+(:mod:`repro.tools.provenance`); a kernel in a cluster's scratch folder cannot see the checkout's git state, so
+the client fills in the commit (:func:`_with_commit`) exactly as a kernel in the checkout would have.
 
 Papermill runs as ``python -m repro.tools.batch`` (:func:`papermill_main`): papermill's own command line, with one
 fix to its client (issue 12, ``benchmarks/stress_explorer.py``). jupyter_client >= 8 sends every message from an
@@ -28,25 +38,34 @@ timeout: the run hangs, both processes idle. nbclient sends on the shell socket 
 (nbclient #312, open). :func:`rearm_asyncio_sends` re-checks the socket after each such send (``get(EVENTS)``,
 which re-arms pyzmq's pending receivers); jupyter_client 8.0 to 8.10.0 (pinned) all need it. The per-cell timeout
 bounds such a stall even without the fix: a poll with a timeout polls the socket itself at its deadline and finds
-the stranded reply, so the cell ends late instead of never (``tests/tools/test_client_fix.py``).
+the stranded reply, so the cell ends late instead of never (``tests/tools/test_client_fix.py``). On a Dask worker
+(Linux) the papermill process asks to be killed when the worker that started it dies (``PR_SET_PDEATHSIG``), and
+its kernel exits when papermill does (ipykernel's parent poller): a killed worker leaves no notebook running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import offline, paths, portable, provenance
+
+PARENT_ENV = "REPRO_RUNNER_PID"  # the process that started papermill (it dies with it: _die_with_parent)
+POLL_S = 2.0  # how often a running notebook checks whether its task was cancelled
 
 NOTEBOOK_RE = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 
@@ -68,6 +87,15 @@ class Outcome:
     attempts: int = 1
     retried: dict[str, Any] | None = None  # the first attempt (status, error, seconds) when it was retried
     sources: dict[str, Any] | None = None  # notebook and library hashes, and the commit if clean
+    worker: str | None = None  # the Dask worker that ran it (cluster runs only)
+
+
+class Cancelled(Exception):
+    """The task's run was cancelled (Ctrl-C on the client); its notebook was stopped, nothing is returned."""
+
+
+class LibraryMismatch(RuntimeError):
+    """A worker's installed ``repro`` is not the client's: it refuses the task instead of running other code."""
 
 
 def discover(root: Path, only: list[str] | None = None) -> list[Path]:
@@ -179,9 +207,37 @@ def _sources(notebook: Path, results: Path, since: float) -> dict[str, Any]:
     return {"notebook": nb_hash, "library": provenance.library_hash(), "commit": None}
 
 
+def _wait(proc: subprocess.Popen, timeout: float | None, cancelled: Callable[[], bool] | None) -> str:
+    """Papermill's log once it exits; ``TimeoutExpired`` past ``timeout``; on a Dask worker (``cancelled`` given),
+    :class:`Cancelled` (the process tree killed) as soon as ``cancelled()`` says so. Any other interruption
+    (Ctrl-C in the sequential runner) kills the tree and propagates: no kernel keeps running behind a stopped run
+    (papermill runs in a session of its own, so the terminal's Ctrl-C does not reach it)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = left if cancelled is None else (POLL_S if left is None else min(POLL_S, left))
+            try:
+                return proc.communicate(timeout=step)[0]
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                if cancelled is not None and cancelled():
+                    raise Cancelled from None
+    except subprocess.TimeoutExpired:
+        raise
+    except BaseException:
+        _kill_tree(proc.pid)
+        proc.communicate()
+        raise
+
+
 def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | None,
-             cell_timeout: float | None) -> Outcome:
-    """One papermill run of ``notebook``; replace it (quick) or write ``results/full/`` (full) on success."""
+             cell_timeout: float | None, cancelled: Callable[[], bool] | None = None,
+             unset: tuple[str, ...] = ()) -> Outcome:
+    """One papermill run of ``notebook``; replace it (quick) or write ``results/full/`` (full) on success.
+    ``cancelled`` (a Dask task): polled while it runs, and papermill dies with this process; ``unset``: variables
+    of this process's environment the kernel must not inherit."""
     results = root / "results"
     tmp_dir, logs = results / ".tmp", results / "logs"
     tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +245,11 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
     target = notebook if mode == "quick" else results / mode / notebook.name
     env = {**os.environ, paths.RESULTS_ENV: str(results), "PYTHONHASHSEED": "0", "REPRO_HEADLESS": "1",
            provenance.NOTEBOOK_ENV: str(notebook.resolve())}
+    for key in unset:
+        env.pop(key, None)
+    env.pop(PARENT_ENV, None)
+    if cancelled is not None:  # a Dask task: papermill asks to die with its worker (_die_with_parent)
+        env[PARENT_ENV] = str(os.getpid())
     env.setdefault(offline.ENV, "1")
     if mode == "quick":
         env.update(portable.QUICK_ENV)  # the same numbers on any AVX2 machine (repro.tools.portable)
@@ -201,7 +262,7 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
     try:
-        log, _ = proc.communicate(timeout=timeout)
+        log = _wait(proc, timeout, cancelled)
         status = "ok" if proc.returncode == 0 else "failed"
     except subprocess.TimeoutExpired:
         _kill_tree(proc.pid)
@@ -238,19 +299,177 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
 
 
 def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float | None = None,
-            cell_timeout: float | None = None, retries: int = 1) -> Outcome:
+            cell_timeout: float | None = None, retries: int = 1,
+            cancelled: Callable[[], bool] | None = None, unset: tuple[str, ...] = ()) -> Outcome:
     """Execute one notebook with papermill (:func:`_attempt`); a run that timed out (a cell past ``cell_timeout``
-    or the notebook past ``timeout``) is retried up to ``retries`` times, the first attempt kept in ``retried``."""
+    or the notebook past ``timeout``) is retried up to ``retries`` times, the first attempt kept in ``retried``.
+    On a Dask worker, ``cancelled`` is polled while the notebook runs (:class:`Cancelled` once it returns true)
+    and ``unset`` names the worker's environment variables the kernel must not inherit."""
     paths.check_mode(mode)
-    outcome = _attempt(root, notebook, mode, seed, timeout, cell_timeout)
+    outcome = _attempt(root, notebook, mode, seed, timeout, cell_timeout, cancelled, unset)
     first = outcome
     for n in range(2, retries + 2):
         if outcome.status != "timeout":
             break
-        outcome = _attempt(root, notebook, mode, seed, timeout, cell_timeout)
+        outcome = _attempt(root, notebook, mode, seed, timeout, cell_timeout, cancelled, unset)
         outcome.attempts = n
         outcome.retried = {"status": first.status, "error": first.error, "seconds": first.seconds}
     return outcome
+
+
+@dataclass(frozen=True)
+class Task:
+    """One notebook to execute, self-contained: a worker needs no shared filesystem, only the same environment."""
+
+    stem: str  # "NN-slug"
+    notebook: bytes  # the notebook file as the client has it
+    mode: str
+    seed: int
+    timeout: float | None = None
+    cell_timeout: float | None = None
+    retries: int = 1
+    library: str | None = None  # the client's library hash; a worker with another refuses (None: no check)
+    registry: bytes | None = None  # book/papers.yml: the kernel records the paper's own packages from it
+    gpu: bool = False  # full mode wants a GPU (a cluster task then requests the resource GPU=1)
+
+
+@dataclass
+class TaskResult:
+    """What a task sends back: its outcome and every file it produced, relative to the checkout's root."""
+
+    outcome: Outcome
+    files: dict[str, bytes] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)  # the machine it ran on
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+def make_task(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float | None = None,
+              cell_timeout: float | None = None, retries: int = 1, library: str | None = None) -> Task:
+    """The :class:`Task` of ``notebook`` (in ``root/notebooks``); ``gpu`` from ``book/papers.yml`` if present."""
+    registry = root / "book" / "papers.yml"
+    gpu = False
+    if registry.exists():
+        from .registry import load_registry
+
+        gpu = any(p.gpu for p in load_registry(root)[1] if p.stem == notebook.stem)
+    return Task(stem=notebook.stem, notebook=notebook.read_bytes(), mode=paths.check_mode(mode), seed=seed,
+                timeout=timeout, cell_timeout=cell_timeout, retries=retries, library=library,
+                registry=registry.read_bytes() if registry.exists() else None, gpu=gpu)
+
+
+def run_task(task: Task, cancelled: Callable[[], bool] | None = None, unset: tuple[str, ...] = ()) -> TaskResult:
+    """Execute ``task`` here with :func:`execute` in a scratch folder laid out like a checkout (``notebooks/``,
+    ``results/``, ``book/papers.yml``), and return the files it wrote (``cancelled`` and ``unset`` as there).
+    Raises :class:`LibraryMismatch` before running anything if this machine's ``repro`` library hashes
+    differently from the client's."""
+    if task.library is not None:
+        here = provenance.library_hash()
+        if here != task.library:
+            raise LibraryMismatch(
+                f"{socket.gethostname()} refused {task.stem}: its repro library ({provenance.library_dir()}) hashes "
+                f"{here}, the client's {task.library}; install the client's code on every worker "
+                "(pip install -r requirements.txt from the same checkout) and restart the worker")
+    with tempfile.TemporaryDirectory(prefix=f"repro-{task.stem}-") as tmp:
+        scratch = Path(tmp)
+        notebook = scratch / "notebooks" / f"{task.stem}.ipynb"
+        notebook.parent.mkdir()
+        notebook.write_bytes(task.notebook)
+        (scratch / "results").mkdir()
+        if task.registry is not None:  # registry.find() in the kernel sees this folder as the book's root
+            (scratch / "book").mkdir()
+            (scratch / "book" / "papers.yml").write_bytes(task.registry)
+            (scratch / "lib" / "repro").mkdir(parents=True)
+        outcome = execute(scratch, notebook, task.mode, task.seed, task.timeout, task.cell_timeout, task.retries,
+                          cancelled, unset)
+        files = {p.relative_to(scratch).as_posix(): p.read_bytes()
+                 for p in sorted((scratch / "results").rglob("*"))
+                 if p.is_file() and ".tmp" not in p.relative_to(scratch).parts}
+        if outcome.output and outcome.output.startswith("notebooks/"):  # quick mode: executed in place
+            files[outcome.output] = (scratch / outcome.output).read_bytes()
+    return TaskResult(outcome, files, hardware=_task_hardware(_recorded_hardware(files, task)),
+                      versions=provenance.versions())
+
+
+def _recorded_hardware(files: dict[str, bytes], task: Task) -> dict[str, Any] | None:
+    """The ``hardware`` a task's kernel wrote into its results file, if it wrote one."""
+    rel = f"results/{task.stem}.json" if task.mode == "quick" else f"results/{task.mode}/{task.stem}.json"
+    try:
+        hardware = json.loads(files[rel])["hardware"]
+    except (KeyError, ValueError, TypeError):
+        return None
+    return hardware if isinstance(hardware, dict) else None
+
+
+def _checked_path(root: Path, stem: str, rel: str) -> Path:
+    """``root/rel`` if ``rel`` is a file a task may write: under ``results/`` (not the manifest) or the
+    task's own notebook; anything else (an absolute path, ``..``) is refused."""
+    parts = PurePosixPath(rel).parts
+    ok = (len(parts) >= 2 and parts[0] == "results" and ".." not in parts and rel != "results/manifest.json"
+          and not PurePosixPath(rel).is_absolute()) or rel == f"notebooks/{stem}.ipynb"
+    if not ok:
+        raise ValueError(f"task {stem} returned a file outside results/: {rel!r}")
+    return root / rel
+
+
+def _with_commit(root: Path, notebook: Path, data: bytes) -> tuple[bytes, str | None]:
+    """A results file with ``sources.commit`` filled in as a kernel in the checkout fills it
+    (:func:`provenance.commit_if_clean`), provided the library modules the kernel used are the client's as they
+    are now (:func:`provenance.changed_files`); else unchanged."""
+    try:
+        record = json.loads(data)
+        src = record["sources"]
+        files = dict(src.get("library_files") or {})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return data, None
+    if src.get("commit") or not files or provenance.changed_files(files):
+        return data, None
+    commit = provenance.commit_if_clean(root, notebook, src.get("notebook"), files)
+    if commit is None:
+        return data, None
+    src["commit"] = commit
+    return (json.dumps(record, indent=2, default=provenance.jsonable) + "\n").encode(), commit
+
+
+def deliver(root: Path, notebook: Path, result: TaskResult) -> Outcome:
+    """Write a task's files into the checkout, each atomically: results and figures first, the executed
+    notebook last. Returns its outcome with the commit filled in where the kernel could not see it."""
+    outcome = result.outcome
+    results_json = {f"results/{notebook.stem}.json", f"results/{outcome.mode}/{notebook.stem}.json"}
+    ordered = sorted(result.files, key=lambda rel: (rel.endswith(".ipynb"), rel))
+    for rel in ordered:
+        data = result.files[rel]
+        target = _checked_path(root, notebook.stem, rel)
+        if rel in results_json:
+            data, commit = _with_commit(root, notebook, data)
+            if commit and outcome.sources and outcome.sources.get("commit") is None:
+                outcome.sources["commit"] = commit
+        provenance.write_bytes_atomic(target, data)
+    return outcome
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block is done, then raise it: a notebook's files and manifest record are
+    written whole. Only in the main thread (elsewhere signals cannot be handled, nor arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def failed_outcome(root: Path, notebook: Path, mode: str, seed: int, error: str, seconds: float,
+                   worker: str | None = None) -> Outcome:
+    """The record of a task that returned nothing: it raised on its worker, or its workers kept dying."""
+    return Outcome(notebook=notebook.stem, mode=mode, seed=seed, status="failed", seconds=round(seconds, 1),
+                   error=error[:2000], sources=_sources(notebook, root / "results" / "-", time.time()),
+                   worker=worker)
 
 
 class Manifest:
@@ -271,13 +490,27 @@ class Manifest:
         data.setdefault("notebooks", {})
         return data
 
-    def record(self, outcome: Outcome) -> None:
+    @staticmethod
+    def key(notebook: str, mode: str) -> str:
+        return notebook if mode == "quick" else f"{notebook} ({mode})"
+
+    def seconds(self, notebook: str, mode: str) -> float:
+        """The last recorded run time of ``notebook`` in ``mode`` (0 if none): longest first on a cluster."""
+        entry = self._load()["notebooks"].get(self.key(notebook, mode)) or {}
+        value = entry.get("seconds")
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    def record(self, outcome: Outcome, hardware: dict[str, Any] | None = None,
+               versions: dict[str, str] | None = None) -> None:
+        """Merge ``outcome`` in, with the versions and hardware of the machine that ran it (``None``: this one;
+        ``{}`` where unknown, e.g. a task whose worker died)."""
         import fcntl
 
         entry = {k: v for k, v in asdict(outcome).items() if v is not None}
-        entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), versions=provenance.versions(),
-                     hardware=_hardware())
-        key = outcome.notebook if outcome.mode == "quick" else f"{outcome.notebook} ({outcome.mode})"
+        entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     versions=provenance.versions() if versions is None else versions,
+                     hardware=_hardware() if hardware is None else hardware)
+        key = self.key(outcome.notebook, outcome.mode)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock, open(self.path.parent / ".manifest.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -300,20 +533,43 @@ def _hardware() -> dict[str, Any]:
     return info
 
 
+def _task_hardware(recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """The machine a Dask task ran on, for its manifest record: what its kernel recorded in its results file (the
+    GPU included: the notebooks import torch), without torch's thread count; without a results file, the
+    platform and CPU only (finding the GPU would import torch into the worker: 3-12 s)."""
+    info = dict(recorded) if recorded else {k: v for k, v in provenance.hardware().items() if k != "gpu"}
+    info.pop("torch_threads", None)
+    return info
+
+
 def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: int = 1,
         timeout: float | None = None, seed: int = 0, progress: bool = True, cell_timeout: float | None = None,
-        retries: int = 1) -> list[Outcome]:
-    """Execute the selected notebooks (``jobs`` at a time), keep going past failures, retry timed-out ones
-    ``retries`` times, record each in the manifest. Returns the outcomes in notebook order."""
+        retries: int = 1, cluster: str | None = None, connect_timeout: float | None = None) -> list[Outcome]:
+    """Execute the selected notebooks, keep going past failures, retry timed-out ones ``retries`` times, record
+    each in the manifest as it finishes. Returns the outcomes in notebook order.
+
+    Without ``cluster`` (and ``jobs`` 1) the notebooks run one after another in this process and in the checkout,
+    without Dask (:func:`execute`); with ``cluster="local:N"`` or ``"tcp://HOST:PORT"`` (``jobs=N`` is
+    ``local:N``) on Dask (:mod:`.cluster`).
+    Ctrl-C stops the run (``KeyboardInterrupt``) with every finished notebook written and recorded."""
     paths.check_mode(mode)
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if jobs > 1:
+        if cluster is not None:
+            raise ValueError("give --jobs N or --cluster, not both (--jobs N is --cluster local:N)")
+        cluster = f"local:{jobs}"
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout must be positive, got {timeout}")
     if cell_timeout is not None and cell_timeout <= 0:
         raise ValueError(f"--cell-timeout must be positive, got {cell_timeout}")
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
+    spec = None
+    if cluster is not None:
+        from . import cluster as dask_cluster  # imports Dask only when it runs
+
+        spec = dask_cluster.parse(cluster)
     notebooks = discover(root, only)
     if not notebooks:
         raise ValueError(f"no notebooks found in {root / 'notebooks'}")
@@ -322,16 +578,32 @@ def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: in
 
     bar = tqdm(total=len(notebooks), desc=f"{mode} run", unit="nb", disable=not progress)
     outcomes: dict[str, Outcome] = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(execute, root, nb, mode, seed, timeout, cell_timeout, retries): nb
-                   for nb in notebooks}
-        for fut in as_completed(futures):
-            out = fut.result()
-            man.record(out)
-            outcomes[out.notebook] = out
-            bar.set_postfix_str(f"{out.notebook}: {out.status} ({out.seconds:.0f} s)")
-            bar.update()
-    bar.close()
+
+    def finished(notebook: Path, result: TaskResult | Outcome) -> None:
+        with _deferred_interrupt():
+            if isinstance(result, TaskResult):
+                out = deliver(root, notebook, result)
+                man.record(out, result.hardware, result.versions)
+            else:  # a task that returned nothing: the machine and its versions are unknown
+                out = result
+                man.record(out, {}, {})
+        outcomes[out.notebook] = out
+        bar.set_postfix_str(f"{out.notebook}: {out.status} ({out.seconds:.0f} s)")
+        bar.update()
+
+    try:
+        if spec is None:  # one after another in this process and in the checkout, without Dask
+            for nb in notebooks:
+                out = execute(root, nb, mode, seed, timeout, cell_timeout, retries)
+                man.record(out)
+                outcomes[out.notebook] = out
+                bar.set_postfix_str(f"{out.notebook}: {out.status} ({out.seconds:.0f} s)")
+                bar.update()
+        else:
+            dask_cluster.run(root, spec, notebooks, mode, seed, timeout, cell_timeout, retries, finished, man,
+                             connect_timeout)
+    finally:
+        bar.close()
     return [outcomes[nb.stem] for nb in notebooks]
 
 
@@ -344,7 +616,9 @@ def summary(outcomes: list[Outcome]) -> str:
         lines.append(f"{o.notebook:40s} {o.status:8s} {o.seconds:7.1f} s{claims}{retry}")
     for o in outcomes:
         if o.status != "ok":
-            lines.append(f"\n{o.notebook} {o.status}: {o.error}\n  (executed copy: {o.output})")
+            where = f" on {o.worker}" if o.worker else ""
+            copy = f"\n  (executed copy: {o.output})" if o.output else ""
+            lines.append(f"\n{o.notebook} {o.status}{where}: {o.error}{copy}")
     return "\n".join(lines)
 
 
@@ -370,8 +644,26 @@ def rearm_asyncio_sends() -> None:
     session.Session.send = send  # type: ignore[method-assign]
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when the runner that started it (``$REPRO_RUNNER_PID``) dies,
+    so a killed runner or Dask worker leaves no papermill behind (its kernel follows: ipykernel exits when its
+    parent does). Elsewhere, or outside the runner, nothing."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the runner died before the request took effect
+        os._exit(1)
+
+
 def papermill_main(argv: list[str] | None = None) -> None:
     """``papermill`` with :func:`rearm_asyncio_sends` applied: what the runner executes each notebook with."""
+    _die_with_parent()
     rearm_asyncio_sends()
     from papermill.cli import papermill
 

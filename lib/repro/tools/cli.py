@@ -1,8 +1,11 @@
 """Command line: ``python -m repro run | book | sync | prepare | new``.
 
 * ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--stale``, ``--jobs N``,
-  ``--timeout S``, ``--cell-timeout S``, ``--seed K``), record ``results/manifest.json``, then sync the generated
-  pages. A notebook that timed out is retried once. Exit 1 if any notebook failed or timed out.
+  ``--cluster local:N|tcp://HOST:PORT``, ``--timeout S``, ``--cell-timeout S``, ``--seed K``), record
+  ``results/manifest.json``, then sync the generated pages. One after another in this process by default; on
+  Dask with ``--cluster`` (``--jobs N`` is ``--cluster local:N``; :mod:`repro.tools.cluster`). A notebook that
+  timed out is retried once. Exit 1 if any notebook failed or timed out, 2 on bad arguments or an unreachable
+  scheduler, 130 on Ctrl-C (finished notebooks stay written and recorded).
 * ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
   Sphinx warnings are errors).
 * ``prepare``: build every offline asset the notebooks need (``repro.common.assets``), once.
@@ -54,7 +57,12 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="execute notebooks with papermill and record the manifest")
     r.add_argument("--mode", type=_mode, default="quick", help="quick (CI scale, default) or full")
     r.add_argument("--only", type=_only, help="comma-separated notebook numbers, e.g. 05,19")
-    r.add_argument("--jobs", type=int, default=1, help="notebooks at once (default 1; 2 cores here)")
+    r.add_argument("--jobs", type=int, default=1,
+                   help="notebooks at once on this machine, the same as --cluster local:N (default 1: one after "
+                        "another in this process, without Dask)")
+    r.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT",
+                   help="run on Dask: local:N starts N single-threaded worker processes here; tcp://HOST:PORT "
+                        "uses a running `dask scheduler` (README: Running on a cluster)")
     r.add_argument("--stale", action="store_true",
                    help="only the notebooks whose results are stale or missing (their notebook or library changed)")
     r.add_argument("--timeout", type=float, default=None,
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "run":
         from . import batch
+        from .cluster import ClusterError  # imports no Dask
 
         try:
             quick = args.mode == "quick"
@@ -97,8 +106,16 @@ def main(argv: list[str] | None = None) -> int:
                 print("stale:\n" + "\n".join(f"  {s}" for s in stale))
                 only = sorted({s.paper.number for s in stale})
             outcomes = batch.run(root, mode=args.mode, only=only, jobs=args.jobs, timeout=timeout,
-                                 seed=args.seed, progress=not args.no_progress, cell_timeout=cell_timeout)
+                                 seed=args.seed, progress=not args.no_progress, cell_timeout=cell_timeout,
+                                 cluster=args.cluster)
         except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("\ninterrupted: the notebooks that finished are written and recorded in results/manifest.json "
+                  "(python -m repro sync updates the pages)", file=sys.stderr)
+            return 130
+        except ClusterError as e:  # an unreachable scheduler
             print(f"error: {e}", file=sys.stderr)
             return 2
         print(batch.summary(outcomes))
