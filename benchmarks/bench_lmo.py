@@ -5,7 +5,9 @@ Run ``python benchmarks/bench_lmo.py`` (CPU, under a minute on 2 cores) or, wher
 Writes ``results/bench-lmo.json``. For each shape it reports the seconds per call of ``newton_schulz5`` and of
 ``torch.linalg.svd`` + ``U @ Vh`` (same input, same dtype for the SVD: float32; LAPACK/cuSOLVER has no bfloat16),
 the time ratio, and how far NS5 lands from the polar factor: relative Frobenius distance, cosine, and the range of
-its singular values (Muon's documented band is roughly [0.5, 1.5]). Inputs are Gaussian matrices.
+its singular values (Muon documents roughly [0.5, 1.5]; the real band is [0.68, 1.21] for singular values above
+1.6e-3 of ‖G‖_F, and square matrices have smaller ones, which fall short of it: see
+:func:`repro.common.linalg.newton_schulz5`). Inputs are Gaussian matrices.
 
 The big shapes use fewer repeats (see ``CASES``); timings are medians. CPU runs use one thread by default: with two
 OpenMP threads on a 2-core machine that another process shares, timings vary by 10x between runs.

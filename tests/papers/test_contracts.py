@@ -239,3 +239,59 @@ def test_two_point_simulation_tracks_the_exact_binomial_tail():
     tp = C.two_point_errors(0.1, [0.5, 1.5], 4000, np.random.default_rng(0))
     assert (tp.ns % 3 == 0).all()
     assert np.abs(tp.wrong - tp.exact_at).max() < 0.03  # 4000 reps: 3 SE of a proportion is < 0.024
+
+
+def test_staircase_types_switch_where_built(rng):
+    for k in (2, 5, 40):
+        R, c = C.staircase_types(50, k, rng=rng, concentration=0.7, spread=0.6)
+        env = C.envelope(R, c)
+        assert (env.n_breaks == k - 1).all()                        # every action is used
+        assert torch.equal(env.actions, torch.arange(k).expand(50, k))
+        np.testing.assert_allclose(R[:, -1].numpy(), 1.0)
+        # the switch from i-1 to i is at b_i = (c_i - c_{i-1}) / (R_i - R_{i-1}), all inside [0, spread)
+        b = (c[:, 1:] - c[:, :-1]) / (R[:, 1:] - R[:, :-1])
+        torch.testing.assert_close(env.breaks, b, rtol=1e-9, atol=1e-12)
+        assert (b >= 0).all() and (b < 0.6).all()
+        alpha = torch.linspace(0, 1, 2001, dtype=torch.float64)
+        near = (alpha[None, :] - env.breaks[:, :, None]).abs().min(dim=1).values < 1e-9
+        assert torch.equal(env.reward(alpha)[~near], brute_reward(R, c, alpha)[~near])
+    with pytest.raises(ValueError, match="n_actions"):
+        C.staircase_types(3, 1, rng=rng)
+    with pytest.raises(ValueError, match="spread"):
+        C.staircase_types(3, 4, rng=rng, spread=1.5)
+
+
+def test_adversarial_sweep_is_a_loop_of_run_trials():
+    fams = [(0.5, 0.2), (None, 1.0)]
+    sweep = C.adversarial_action_sweep([2, 6], fams, 20, 30, 40, np.random.default_rng(3))
+    rng = np.random.default_rng(3)
+    by_hand = []
+    for k in (2, 6):
+        for total, spread in fams:
+            conc = 5.0 if total is None else total / (k - 1)
+            pop = C.staircase_population(20, k, rng=rng, concentration=conc, spread=spread)
+            by_hand.append(float(C.run_trials(pop, 30, 40, rng).sup_dev.mean()))
+    np.testing.assert_allclose(sweep.dev.ravel(), by_hand)
+    assert sweep.growth == pytest.approx(sweep.dev[1].max() / sweep.dev[0].max())
+
+
+def test_delta_scaling_fits_one_constant():
+    pop = C.random_population(30, 6, rng=np.random.default_rng(0))
+    ds = C.delta_scaling(pop, [20, 80], [0.5, 0.1, 0.01], 300, np.random.default_rng(1))
+    rng = np.random.default_rng(1)
+    q = [np.quantile(C.run_trials(pop, n, 300, rng).sup_dev.numpy(), [0.5, 0.9, 0.99]) for n in (20, 80)]
+    np.testing.assert_allclose(ds.q, q)
+    x = np.sqrt(np.log(1 / np.array([0.5, 0.1, 0.01]))[None, :] / np.array([20, 80])[:, None])
+    np.testing.assert_allclose(ds.x, x)
+    assert np.log(ds.q / (ds.c * x)).mean() == pytest.approx(0, abs=1e-12)   # least squares in log space
+    assert ds.max_rel_dev == pytest.approx(np.abs(ds.q / (ds.c * x) - 1).max())
+    with pytest.raises(ValueError, match="deltas"):
+        C.delta_scaling(pop, [20], [1.0], 10, rng)
+
+
+def test_scaled_gap_and_its_growth():
+    res = C.RateInN(Ns=np.array([25, 100, 400, 1600]), sup_mean=np.ones(4), sup_band=np.ones((4, 2)),
+                    sub_mean=np.array([0.4, 0.1, 0.04, 0.02]), slope_sup=-0.5, slope_sub=-0.7, n_e2=np.ones(4),
+                    violations=0, n_trials=4)
+    np.testing.assert_allclose(res.scaled_gap, [2.0, 1.0, 0.8, 0.8])
+    assert res.gap_growth == pytest.approx(0.8 / 2.0)     # upper half: N = 400, 1600

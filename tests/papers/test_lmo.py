@@ -93,6 +93,37 @@ def test_lmo_bad_input():
         L.dual_norm(torch.ones(3), "linf")
 
 
+@pytest.mark.parametrize("dtype, scales", [(torch.float32, (1e-24, 1e-37, 1e25, 3e38)),
+                                            (torch.float64, (1e-200, 1e-305, 1e200, 1e307))])
+def test_lmo_holds_its_length_at_extreme_scales(dtype, scales):
+    # issue 12: squaring 1e-24 underflows in float32 (the step came out ~1e13 long) and 1e25 overflows (length 0)
+    base = torch.randn(3, 8, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    base = base / base.abs().amax()                                   # entries in [-1, 1]
+    for scale in scales:
+        m = (base * scale).to(dtype)
+        assert torch.isfinite(m).all() and (m != 0).all()
+        for name in ("l2", "spectral", "spectral-ns5"):
+            d = L.get_lmo(name)(m, batch_dims=1)
+            ref = L.get_lmo(name)(base.to(dtype), batch_dims=1)            # the same direction at scale 1
+            torch.testing.assert_close(d, ref, rtol=1e-4, atol=1e-4)
+        length = torch.linalg.vector_norm(L.lmo_l2(m, batch_dims=1), dim=(1, 2))
+        torch.testing.assert_close(length, torch.ones(3, dtype=dtype), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("scale", [1e-24, 1e30, 3e38])
+def test_optimizer_l2_step_has_length_lr_at_extreme_gradient_scales(scale):
+    x = torch.zeros(10, requires_grad=True)
+    opt = L.LMOMomentum([x], lr=0.01, alpha=0.5, lmo="l2", nesterov=True)
+    direction = torch.linspace(-1, 1, 10)
+    for k in range(4):                                         # alternating signs: the momentum's worst case
+        before = x.detach().clone()
+        x.grad = (-1) ** k * scale * direction
+        opt.step()
+        step = x.detach() - before
+        assert torch.isfinite(step).all()
+        assert float(torch.linalg.vector_norm(step)) == pytest.approx(0.01, rel=1e-5)
+
+
 # ------------------------------------------------------------------ the optimizer
 
 def numpy_lmo_momentum(x0, grads_fn, steps, lr, alpha, nesterov=False):
@@ -391,6 +422,22 @@ def test_run_landscape_centres_the_lr_grid_on_the_proxy_step():
             np.testing.assert_allclose(r.lrs[t_i, a_i], r.lrs[t_i, a_i, 1] * np.array([0.5, 1, 2]))
     direct = L.run_grid(probs["lin"], "sign", taus, alphas, res["lin", "sign"].lrs, N, 1, 2, seed=1)
     np.testing.assert_array_equal(direct.loss, res["lin", "sign"].loss)
+
+
+def test_grid_offset_study_is_run_landscape_at_shifted_grids():
+    probs = {"lin": L.linear_regression(64, 4, noise=0.5, seed=0, dtype=torch.float64)}
+    taus, N = [1, 2, 4], 64
+    grids = [L.LRGrid("a", 2.0, 3, (1.0, 0.5, 0.25)), L.LRGrid("b", 2**0.5, 2, (1.0, 0.5))]
+    study = L.grid_offset_study(probs, ("lin", "l2"), taus, grids, [0.0, 0.5], N, seeds=2, checkpoints=2,
+                                temperature=0.1, seed=3)
+    assert study.slopes.shape == (2, 2) and study.median == pytest.approx(np.median(study.slopes))
+    for i, g in enumerate(grids):
+        base = L.run_landscape(probs, [("lin", "l2")], taus, g.alphas, N, 2, 2, g.count, g.ratio, seed=3)
+        half = L.run_landscape(probs, [("lin", "l2")], taus, g.alphas, N, 2, 2, g.count, g.ratio, seed=3,
+                               lr_offset=0.5)
+        np.testing.assert_allclose(half["lin", "l2"].lrs, base["lin", "l2"].lrs * g.ratio**0.5)
+        for j, res in enumerate((base, half)):
+            assert study.slopes[i, j] == L.summarize(res["lin", "l2"], 0.1).slope
 
 
 def test_summarize_recovers_a_known_diagonal_shift():

@@ -250,6 +250,15 @@ def test_coarse_before_fine_and_guidance_on_the_hierarchical_mixture():
     cf = se.coarse_vs_fine(gmm4, coarse, 4000, 30, torch.Generator().manual_seed(1))
     assert (cf.H_coarse <= cf.H_fine + 1e-12).all() and (cf.H_within >= -1e-12).all()
     assert cf.t_coarse > cf.t_fine
+    # one posterior per time for both curves: the same numbers as two Monte-Carlo runs on the same draws
+    g = torch.Generator().manual_seed(1)
+    x0, _ = gmm4.sample(4000, g)
+    seed = int(torch.randint(2**31, (1,), generator=g))
+    ts = torch.linspace(0.02, 4, 30, dtype=torch.float64)
+    for part, H in ((None, cf.H_fine), (coarse, cf.H_coarse)):
+        mc = se.conditional_entropy_mc(lambda x, t, part=part: gmm4.log_posterior(x, t, VP, part), x0, ts, VP,
+                                       torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(H, mc, rtol=0, atol=1e-12)
     gs = se.guidance_sweep(gmm4, [0.0, 3.0], n=200, steps=100, seed=2)
     assert abs(float(gs.entropy[0.0][0]) - math.log(4)) < 0.05 and float(gs.entropy[0.0][-1]) < 0.5 * math.log(4)
     assert gs.order_violations == 0 and 0 < gs.decision[0.0] <= gs.decision[3.0] < 4
@@ -279,9 +288,12 @@ def test_digits_references_models_and_groups_on_a_toy_set():
     ref = se.digits_reference(data, 16, torch.Generator().manual_seed(6))
     assert float(ref.H_emp[0]) < 1e-3 and abs(float(ref.H_emp[-1]) - math.log(4)) < 0.02   # one-hot → prior
     assert ref.window.any() and ref.tolerance >= round(ref.memorisation_gap, 3)
-    groups = se.digit_groups(data, ref, n_groups=2)
+    groups = se.digit_groups(data, ref, n_groups=2, points=40, boot=200)
     assert groups.groups[0] == groups.groups[1] != groups.groups[2] == groups.groups[3]
     assert groups.t_coarse > groups.t_fine and all(0 < t < float(ref.t[-1]) for t in groups.decision.values())
+    assert groups.ci[0] > 0 and groups.ci[0] <= groups.t_coarse - groups.t_fine <= groups.ci[1]
+    assert groups.boot.shape == (200,) and len(groups.t) == 40 and (torch.diff(groups.t) > 0).all()
+    assert (groups.H_coarse <= groups.H_fine + 1e-12).all()
     state = torch.get_rng_state()
     kw = dict(denoiser_steps=5, denoiser_width=16, clf_steps=5)
     a = se.digits_model(data, ref, torch.Generator().manual_seed(7), 0, **kw)
@@ -296,3 +308,93 @@ def test_load_digits():
     assert d.X.shape == (1797, 64) and d.X.dtype == torch.float32 and d.n_classes == 10
     assert float(d.X.min()) == -1.0 and float(d.X.max()) == 1.0
     assert abs(d.prior_entropy - math.log(10)) < 1e-3
+
+
+def test_hierarchical_mixture_default_and_reversed_control():
+    gmm4, part = se.hierarchical_mixture(4)
+    assert torch.equal(gmm4.means[:, :2], torch.tensor([[3.0, 1], [3, -1], [-3, 1], [-3, -1]], dtype=torch.float64))
+    assert part.tolist() == [0, 0, 1, 1]
+    rev, part_rev = se.hierarchical_mixture(4, coarse_sep=2.0, fine_sep=6.0)
+    assert torch.equal(rev.means[:, :2], torch.tensor([[1.0, 3], [1, -3], [-1, 3], [-1, -3]], dtype=torch.float64))
+    # the groups are now the close split: decided last, so the order of coarse-before-fine flips
+    cf = se.coarse_vs_fine(rev, part_rev, 4000, 30, torch.Generator().manual_seed(1))
+    assert cf.t_coarse < cf.t_fine
+    with pytest.raises(ValueError, match="separations"):
+        se.hierarchical_mixture(4, coarse_sep=0.0)
+
+
+def test_guided_flow_is_guided_trajectories_and_skips_the_unconditional_score_at_w0():
+    m = gmm(d=2, K=2)
+    y = torch.zeros(50, dtype=torch.long)
+    tg = torch.linspace(3, 1e-2, 40, dtype=torch.float64)
+    states, H = se.guided_trajectories(m, y, 2.0, tg, torch.Generator().manual_seed(3))
+    x0 = torch.randn(50, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    s2, H2 = se.guided_flow(lambda x, t: m.score(x, t, VP, y), lambda x, t: m.score(x, t, VP), x0, 2.0, tg,
+                            lambda x, t: se.entropy(m.log_posterior(x, t, VP)).mean())
+    assert torch.equal(states, s2) and torch.equal(H, H2)
+
+    def never(x, t):
+        raise AssertionError("the unconditional score is not needed at w = 0")
+
+    s0, _ = se.guided_flow(lambda x, t: m.score(x, t, VP, y), never, x0, 0.0, tg, lambda x, t: x.sum())
+    assert torch.equal(s0, se.guided_trajectories(m, y, 0.0, tg, torch.Generator().manual_seed(3))[0])
+
+
+def test_peak_times_match_peak_time_row_by_row():
+    t = torch.linspace(0, 3, 80, dtype=torch.float64)
+    g = torch.Generator().manual_seed(4)
+    centres = 0.2 + 2.6 * torch.rand(20, generator=g, dtype=torch.float64)
+    rates = torch.exp(-((t[None] - centres[:, None]) / 0.4) ** 2) + 0.01 * torch.rand(20, 80, generator=g)
+    rates[0] = -t  # maximum at the left end: the grid point itself
+    got = se.peak_times(t.numpy(), rates.numpy())
+    want = [se.peak_time(t, r) for r in rates]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+class _IdealDenoiser:
+    """The exact denoiser of a finite labelled set (Diracs): E[x0 | x_t(, y)] by softmax weights on the points."""
+
+    def __init__(self, X, y):
+        self.X, self.y, self.n_classes = X, y, int(y.max()) + 1
+
+    def denoise(self, x, t, sched, y):
+        a, s = sched.alpha(t), sched.sigma(t)
+        logk = -0.5 * torch.cdist(x, a * self.X) ** 2 / s**2
+        if y is not None:
+            logk = logk.masked_fill(self.y[None, :] != y[:, None], float("-inf"))
+        return torch.softmax(logk, 1) @ self.X
+
+
+def test_digits_guidance_with_the_ideal_denoiser_lands_on_the_class():
+    data = _toy_digits()
+    ref = se.digits_reference(data, 16, torch.Generator().manual_seed(6))
+    ideal = _IdealDenoiser(data.X, data.y)
+    res = se.digits_guidance(ideal, data, ref, [0.0, 2.0], per_class=5, steps=60, seed=1)
+    for w in (0.0, 2.0):
+        assert abs(float(res.entropy[w][0]) - math.log(4)) < 0.05      # pure noise: the prior
+        assert float(res.entropy[w][-1]) < 1e-3                       # decided at the end
+    assert res.order_violations == 0 and res.decision[0.0] <= res.decision[2.0]
+    again = se.digits_guidance(ideal, data, ref, [0.0, 2.0], per_class=5, steps=60, seed=1)
+    assert torch.equal(again.entropy[2.0], res.entropy[2.0])
+
+
+def test_empirical_posterior_against_scipy_brute_force():
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(40, 3, dtype=torch.float64, generator=g)
+    y = torch.arange(40) % 4
+    y[y == 3] = 2                                              # class 3 has no training point
+    t = torch.tensor(0.3, dtype=torch.float64)
+    x = VP.noise(X, t, torch.randn(X.shape, dtype=torch.float64, generator=g))
+    a, s = float(VP.alpha(t)), float(VP.sigma(t))
+    for loo in (False, True):
+        got = se.empirical_log_posterior(X, y, x, t, VP, 4, exclude_self=loo).numpy()
+        logk = np.stack([stats.multivariate_normal(a * Xi, s**2 * np.eye(3)).logpdf(x.numpy()) for Xi in X.numpy()], 1)
+        if loo:
+            np.fill_diagonal(logk, -np.inf)
+        want = np.stack([logsumexp(logk[:, y.numpy() == k], axis=1) if (y == k).any() else np.full(40, -np.inf)
+                         for k in range(4)], 1)
+        want = want - logsumexp(want, axis=1, keepdims=True)
+        np.testing.assert_allclose(got[:, :3], want[:, :3], rtol=1e-9, atol=1e-9)
+        assert np.isneginf(got[:, 3]).all()
+    with pytest.raises(ValueError, match="label"):
+        se.empirical_log_posterior(X, y, x, t, VP, 2)

@@ -18,7 +18,13 @@ def newton_schulz5(G: torch.Tensor, steps: int = 5, coeffs: tuple[float, float, 
     and wide matrices (tall ones are transposed internally).
 
     The public coefficients (a, b, c) = (3.4445, −4.7750, 2.0315) are tuned for speed, not exactness: the
-    output's singular values are not all 1 (an inexact polar factor).
+    output's singular values are not all 1 (an inexact polar factor). The iteration acts on each singular value σ
+    of ``G`` separately, mapping ``x = σ/‖G‖_F`` five times through ``p(x) = a x + b x³ + c x⁵``. The result never
+    exceeds 1.21, at any input; it lies in [0.68, 1.21] for σ/‖G‖_F ≥ 1.6e-3; below that it is about
+    ``a⁵ x ≈ 487 x`` (0.47 at ``x = 1e-3``), short of the band. Tall and wide matrices rarely have such small
+    singular values (a 64×32 Gaussian stays in the band), square ones do: the smallest output singular value of a
+    256×256 Gaussian matrix ranged over 0.004–0.22 in ten draws (typically ~0.07). Muon's own docstring quotes
+    ``Uniform(0.5, 1.5)``: the real top is 1.21, and square matrices go below 0.5.
 
     ``dtype`` is the working precision (e.g. ``torch.bfloat16`` on CUDA, as Muon does); the result is returned
     in ``G``'s dtype.

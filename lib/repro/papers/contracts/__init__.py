@@ -30,10 +30,14 @@ Layout: :mod:`.method` (envelope, step curves, EUM, sup deviation), :mod:`.probl
 
 from .experiment import (
     ActionSweep,
+    AdversarialSweep,
+    DeltaScaling,
     RateInN,
     Trials,
     TwoPoint,
     action_sweep,
+    adversarial_action_sweep,
+    delta_scaling,
     nested_weights,
     rate_in_n,
     run_trials,
@@ -42,10 +46,19 @@ from .experiment import (
     utility_polyline,
 )
 from .method import Envelope, StepCurves, envelope, mean_reward, sup_deviation
-from .problems import Population, random_population, random_types, two_point_population
+from .problems import (
+    Population,
+    random_population,
+    random_types,
+    staircase_population,
+    staircase_types,
+    two_point_population,
+)
 
 __all__ = [
-    "ActionSweep", "Envelope", "Population", "RateInN", "StepCurves", "Trials", "TwoPoint", "action_sweep",
-    "envelope", "mean_reward", "nested_weights", "random_population", "random_types", "rate_in_n", "run_trials",
-    "sup_deviation", "tail_quantiles", "two_point_errors", "two_point_population", "utility_polyline",
+    "ActionSweep", "AdversarialSweep", "DeltaScaling", "Envelope", "Population", "RateInN", "StepCurves", "Trials",
+    "TwoPoint", "action_sweep", "adversarial_action_sweep", "delta_scaling", "envelope", "mean_reward",
+    "nested_weights", "random_population", "random_types", "rate_in_n", "run_trials", "staircase_population",
+    "staircase_types", "sup_deviation", "tail_quantiles", "two_point_errors", "two_point_population",
+    "utility_polyline",
 ]

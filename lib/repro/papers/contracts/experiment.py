@@ -13,7 +13,7 @@ from scipy import stats
 
 from ...common.numerics import loglog_slope
 from .method import Tensor, sup_deviation
-from .problems import Population, random_population, two_point_population
+from .problems import Population, random_population, staircase_population, two_point_population
 
 
 @dataclass
@@ -85,6 +85,18 @@ class RateInN:
     violations: int
     n_trials: int
 
+    @property
+    def scaled_gap(self) -> np.ndarray:
+        """``√N · E[u(α*) − u(α̂)]``: bounded in ``N`` if EUM is ε-optimal with ``N = O(1/ε²)`` samples."""
+        return np.sqrt(self.Ns) * self.sub_mean
+
+    @property
+    def gap_growth(self) -> float:
+        """Largest ``√N · E[gap]`` over the upper half of the ``N`` range (in ``log N``) divided by the largest
+        over the lower half: at most 1 when the scaled gap does not rise above its earlier level."""
+        upper = np.log(self.Ns) >= np.log(self.Ns).mean()
+        return float(self.scaled_gap[upper].max() / self.scaled_gap[~upper].max())
+
 
 def rate_in_n(pop: Population, Ns: list[int], reps: int, rng: np.random.Generator) -> RateInN:
     """Independent samples of each size in ``Ns`` (``reps`` each), measured exactly (:func:`run_trials`)."""
@@ -134,6 +146,71 @@ def action_sweep(ks: list[int], n_types: int, n_outcomes: int, pops: int, n: int
     return ActionSweep(ks=list(ks), dev=np.array(dev), breaks_per_type=np.array(breaks))
 
 
+@dataclass
+class AdversarialSweep:
+    """Mean sup deviation ``dev[k, family]`` at a fixed ``N`` on :func:`staircase_population` instances that use
+    every action, for each family ``(total jump concentration, spread)`` of ``families`` (``None``: a smooth
+    staircase); ``worst[k]`` is the worst family per ``k``."""
+
+    ks: list[int]
+    families: list[tuple[float | None, float]]
+    n: int
+    dev: np.ndarray
+
+    @property
+    def worst(self) -> np.ndarray:
+        return self.dev.max(axis=1)
+
+    @property
+    def growth(self) -> float:
+        """Worst case over ``k > k_min`` relative to the worst case at ``k_min`` (1: no growth with k)."""
+        return float(self.worst[1:].max() / self.worst[0])
+
+
+def adversarial_action_sweep(ks: list[int], families: list[tuple[float | None, float]], n_types: int, n: int,
+                             reps: int, rng: np.random.Generator, *, device: torch.device | str = "cpu",
+                             dtype: torch.dtype = torch.float64) -> AdversarialSweep:
+    """For each ``k`` and each family ``(A, spread)``, one uniform population of ``n_types`` staircase types with
+    ``k − 1`` switches in ``[0, spread)`` and reward jumps ``Dirichlet(A/(k − 1))`` (total concentration ``A``:
+    small ``A`` leaves one dominant jump, a near 0/1 step; ``A = None`` uses concentration 5 per jump, a smooth
+    staircase), measured over ``reps`` samples of size ``n`` (:func:`run_trials`)."""
+    dev = np.empty((len(ks), len(families)))
+    for i, k in enumerate(ks):
+        for j, (total, spread) in enumerate(families):
+            conc = 5.0 if total is None else total / max(k - 1, 1)
+            pop = staircase_population(n_types, k, rng=rng, concentration=conc, spread=spread, device=device,
+                                       dtype=dtype)
+            dev[i, j] = float(run_trials(pop, n, reps, rng).sup_dev.mean())
+    return AdversarialSweep(ks=list(ks), families=list(families), n=n, dev=dev)
+
+
+@dataclass
+class DeltaScaling:
+    """The ``(1 − δ)``-quantiles ``q[N, δ]`` of the sup deviation against ``x = √(ln(1/δ)/N)``, the one-constant
+    fit ``q ≈ c·x`` (least squares in log space) and the largest relative deviation from it."""
+
+    Ns: np.ndarray
+    deltas: np.ndarray
+    q: np.ndarray
+    x: np.ndarray
+    c: float
+    max_rel_dev: float
+
+
+def delta_scaling(pop: Population, Ns: list[int], deltas: list[float], reps: int,
+                  rng: np.random.Generator) -> DeltaScaling:
+    """Quantiles of the exact sup deviation at every ``N`` in ``Ns`` (``reps`` samples each) and their fit to the
+    theorem's form ``ε(δ, N) = c·√(ln(1/δ)/N)``: one constant for all ``δ`` and ``N``."""
+    d = np.asarray(deltas, dtype=float)
+    if not ((d > 0) & (d < 1)).all():
+        raise ValueError("deltas must lie in (0, 1)")
+    Ns_arr = np.asarray(Ns)
+    q = np.array([np.quantile(run_trials(pop, int(n), reps, rng).sup_dev.cpu().numpy(), 1 - d) for n in Ns_arr])
+    x = np.sqrt(np.log(1 / d)[None, :] / Ns_arr[:, None])
+    c = float(np.exp(np.mean(np.log(q / x))))
+    return DeltaScaling(Ns=Ns_arr, deltas=d, q=q, x=x, c=c, max_rel_dev=float(np.abs(q / (c * x) - 1).max()))
+
+
 def tail_quantiles(pop: Population, n: int, reps: int, deltas: list[float], rng: np.random.Generator
                    ) -> tuple[np.ndarray, np.ndarray, float, float, float]:
     """The ``(1 − δ)``-quantiles of the sup deviation at sample size ``n``, against ``x = √ln(1/δ)``: returns
@@ -148,8 +225,8 @@ def tail_quantiles(pop: Population, n: int, reps: int, deltas: list[float], rng:
 
 @dataclass
 class TwoPoint:
-    """EUM's error probability on the two-point instance: simulated at ``ns``, exact binomial tail on a dense
-    grid of multiples of 3 and at ``ns``."""
+    """EUM's error probability on the two-point instance: simulated at ``ns`` (``reps`` trials each), exact binomial
+    tail on a dense grid of multiples of 3 and at ``ns``."""
 
     eta: float
     ns: np.ndarray
@@ -157,6 +234,7 @@ class TwoPoint:
     exact_at: np.ndarray
     dense: np.ndarray
     exact: np.ndarray
+    reps: int = 0
 
 
 def two_point_errors(eta: float, x: list[float], reps: int, rng: np.random.Generator, *,
@@ -168,4 +246,4 @@ def two_point_errors(eta: float, x: list[float], reps: int, rng: np.random.Gener
     wrong = np.array([float((run_trials(p2, int(n), reps, rng).alpha_hat != 0.25).double().mean()) for n in ns])
     dense = 3 * np.arange(1, ns.max() // 3 + 1)
     return TwoPoint(eta=eta, ns=ns, wrong=wrong, exact_at=stats.binom.cdf(ns // 3 - 1, ns, 1 / 3 + eta),
-                    dense=dense, exact=stats.binom.cdf(dense // 3 - 1, dense, 1 / 3 + eta))
+                    dense=dense, exact=stats.binom.cdf(dense // 3 - 1, dense, 1 / 3 + eta), reps=reps)

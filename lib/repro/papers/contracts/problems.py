@@ -91,3 +91,40 @@ def two_point_population(eta: float, *, device: torch.device | str = "cpu",
     c = torch.tensor([[0.0, 0.25], [0.0, 0.75]], dtype=dtype, device=device)
     probs = torch.tensor([1 / 3 + eta, 2 / 3 - eta], dtype=dtype, device=device)
     return Population(R=R, c=c, probs=probs)
+
+
+def staircase_types(n_types: int, n_actions: int, *, rng: np.random.Generator, concentration: float = 0.1,
+                    spread: float = 1.0, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
+    """Types that use every action: ``(R, c)`` of shape ``(n_types, n_actions)`` whose best-response envelope has
+    exactly ``n_actions − 1`` breakpoints, at sorted uniforms in ``[0, spread)``, with reward jumps
+    ``Dirichlet(concentration)`` summing to 1 (action 0 is the null action, the last one earns reward 1).
+
+    Built for the question "can the number of actions matter?": each type is as rich as ``k`` actions allow.
+    Small ``concentration`` makes one jump dominate (a near 0/1 step, the largest variance a monotone reward can
+    have); large ``concentration`` spreads the reward over many small steps. Costs follow from the breakpoints:
+    the switch from action ``i − 1`` to ``i`` happens where ``α R_{i−1} − c_{i−1} = α R_i − c_i``, so
+    ``c_i = c_{i−1} + b_i (R_i − R_{i−1})`` (convex in the reward because the ``b_i`` increase). This generator is
+    ours; the paper has no experiments.
+    """
+    if n_types < 1 or n_actions < 2:
+        raise ValueError("need n_types >= 1 and n_actions >= 2 (a null action and at least one other)")
+    if not concentration > 0 or not 0 < spread <= 1:
+        raise ValueError(f"need concentration > 0 and spread in (0, 1], got {concentration}, {spread}")
+    k = n_actions
+    b = np.sort(rng.uniform(0, spread, size=(n_types, k - 1)), axis=1)
+    jumps = rng.dirichlet(np.full(k - 1, concentration), size=n_types) if k > 2 else np.ones((n_types, 1))
+    R = np.concatenate([np.zeros((n_types, 1)), np.cumsum(jumps, axis=1)], axis=1)
+    R[:, -1] = 1.0                                   # the cumulative sum, without its rounding
+    c = np.concatenate([np.zeros((n_types, 1)), np.cumsum(b * np.diff(R, axis=1), axis=1)], axis=1)
+    return (torch.as_tensor(np.clip(R, 0, 1), dtype=dtype, device=device),
+            torch.as_tensor(c, dtype=dtype, device=device))
+
+
+def staircase_population(n_types: int, n_actions: int, *, rng: np.random.Generator, concentration: float = 0.1,
+                         spread: float = 1.0, device: torch.device | str = "cpu",
+                         dtype: torch.dtype = torch.float64) -> Population:
+    """A uniform population of :func:`staircase_types`."""
+    R, c = staircase_types(n_types, n_actions, rng=rng, concentration=concentration, spread=spread, device=device,
+                           dtype=dtype)
+    return Population(R=R, c=c, probs=torch.full((n_types,), 1.0 / n_types, dtype=dtype, device=device))

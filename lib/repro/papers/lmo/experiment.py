@@ -176,19 +176,24 @@ GridKey = tuple[str, str]  # (problem name, LMO name)
 
 def run_landscape(problems: Mapping[str, LeastSquares], grids: Sequence[GridKey], taus: Sequence[int],
                   alphas: Sequence[float], budget: int, seeds: int, checkpoints: int, lr_count: int,
-                  lr_ratio: float, seed: int = 0) -> dict[GridKey, GridResult]:
+                  lr_ratio: float, seed: int = 0, lr_offset: float = 0.0) -> dict[GridKey, GridResult]:
     """Run :func:`run_grid` for every (problem, LMO) of ``grids``. Each grid's learning rates are ``lr_count``
     values ×``lr_ratio`` apart around the bound proxy's step ``η* ≈ √(Δ₀ τ α / (2 L N))`` (its small-α form at
     τ = α = 1, scaled by :func:`lr_grid`), divided by the LMO's Euclidean step length (:func:`unit_length`) so
-    that the LMOs take comparable steps."""
+    that the LMOs take comparable steps; ``lr_offset`` shifts the whole grid by that fraction of a step
+    (×``lr_ratio ** lr_offset``)."""
     out = {}
     for prob, lmo in grids:
         P = problems[prob]
-        c = P.proxy_constants()
-        center = math.sqrt(c.delta0 / (2 * c.L * budget)) / unit_length(lmo, P.shape)
-        lrs = lr_grid(center, taus, alphas, lr_count, lr_ratio)
+        lrs = lr_grid(_lr_center(P, lmo, budget) * lr_ratio**lr_offset, taus, alphas, lr_count, lr_ratio)
         out[prob, lmo] = run_grid(P, lmo, taus, alphas, lrs, budget, seeds, checkpoints, seed=seed)
     return out
+
+
+def _lr_center(P: LeastSquares, lmo: str, budget: int) -> float:
+    """The bound proxy's step ``√(Δ₀ / (2 L N))`` divided by the LMO's Euclidean step length."""
+    c = P.proxy_constants()
+    return math.sqrt(c.delta0 / (2 * c.L * budget)) / unit_length(lmo, P.shape)
 
 
 @dataclass
@@ -211,6 +216,54 @@ def summarize(res: GridResult, temperature: float) -> GridSummary:
     return GridSummary(alpha_hat=a_hat, slope=loglog_slope(res.taus, a_hat),
                        seed_slopes=np.array([loglog_slope(res.taus, a) for a in per_seed]),
                        ratio=float(a_hat[-1] / a_hat[0]), edge=lr_edge_fraction(res))
+
+
+@dataclass(frozen=True)
+class LRGrid:
+    """A learning-rate grid for :func:`run_landscape`: ``count`` rates ``ratio`` apart, on the α grid ``alphas``."""
+
+    name: str
+    ratio: float
+    count: int
+    alphas: tuple[float, ...]
+
+
+@dataclass
+class OffsetStudy:
+    """The slope of ``log α̂*`` on ``log τ`` for one (problem, LMO) on every learning-rate grid of ``grids`` at every
+    offset of ``offsets`` (fractions of a grid step): ``slopes[grid, offset]``."""
+
+    grids: list[LRGrid]
+    offsets: list[float]
+    slopes: np.ndarray
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.slopes))
+
+
+def grid_offset_study(problems: Mapping[str, LeastSquares], key: GridKey, taus: Sequence[int],
+                      grids: Sequence[LRGrid], offsets: Sequence[float], budget: int, seeds: int, checkpoints: int,
+                      temperature: float, seed: int = 0) -> OffsetStudy:
+    """:func:`run_landscape` of the one grid ``key`` for every learning-rate grid and offset, summarised by the
+    slope of :func:`summarize` (soft-argmin at ``temperature``). Shows how much the slope depends on where the
+    learning rates happen to fall, instead of reporting the one grid that was kept.
+
+    The offsets of one grid run as one batched :func:`run_grid` (their learning rates side by side): the same
+    mini-batches as separate runs (they depend on the seed and τ only), at a fraction of the time."""
+    prob, lmo = key
+    P, slopes = problems[prob], np.empty((len(grids), len(offsets)))
+    for i, g in enumerate(grids):
+        center = _lr_center(P, lmo, budget)
+        lrs = np.concatenate([lr_grid(center * g.ratio**off, taus, g.alphas, g.count, g.ratio) for off in offsets],
+                             axis=2)                                                   # (τ, α, offsets · count)
+        res = run_grid(P, lmo, taus, g.alphas, lrs, budget, seeds, checkpoints, seed=seed)
+        for j in range(len(offsets)):
+            cut = slice(j * g.count, (j + 1) * g.count)
+            part = GridResult(lmo=res.lmo, taus=res.taus, alphas=res.alphas, lrs=res.lrs[:, :, cut],
+                              samples=res.samples, loss=res.loss[:, :, :, cut])
+            slopes[i, j] = summarize(part, temperature).slope
+    return OffsetStudy(grids=list(grids), offsets=list(offsets), slopes=slopes)
 
 
 def abc_rows(problems: Mapping[str, LeastSquares], taus: Sequence[int], budget: int) -> list[dict[str, float]]:

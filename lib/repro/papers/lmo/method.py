@@ -36,13 +36,23 @@ def _check_batch_dims(m: Tensor, batch_dims: int, need_matrix: bool = False) -> 
                          f"leaves {m.ndim - batch_dims} dims, not 2")
 
 
+def _scaled(m: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """``m`` divided by its largest absolute entry over ``dims`` (zero blocks stay zero): every entry lies in
+    ``[−1, 1]`` and the largest is ±1, so a norm of the result neither under- nor overflows, whatever the scale of
+    ``m`` (a float32 gradient of 1e-24 per entry squares to 0; one of 1e30 squares to inf)."""
+    scale = m.abs().amax(dim=dims, keepdim=True)
+    return m / torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
 def lmo_l2(m: Tensor, batch_dims: int = 0) -> Tensor:
     """ℓ2-ball LMO ``−m/‖m‖₂`` (normalized SGD); the norm runs over all dims after ``batch_dims``.
-    A zero ``m`` maps to zero."""
+    ``m`` is scaled by its largest entry before the norm, so the result has length 1 for any finite nonzero ``m``
+    (no under- or overflow at extreme gradient scales). A zero ``m`` maps to zero."""
     _check_batch_dims(m, batch_dims)
     dims = tuple(range(batch_dims, m.ndim))
-    norm = torch.linalg.vector_norm(m, dim=dims, keepdim=True)
-    return -m / norm.clamp_min(torch.finfo(m.dtype).tiny)
+    u = _scaled(m, dims)
+    norm = torch.linalg.vector_norm(u, dim=dims, keepdim=True)
+    return -u / torch.where(norm > 0, norm, torch.ones_like(norm))
 
 
 def lmo_sign(m: Tensor, batch_dims: int = 0) -> Tensor:
@@ -57,9 +67,12 @@ def lmo_spectral(m: Tensor, batch_dims: int = 0, method: str = "svd", steps: int
 
     ``method="svd"`` is exact (``torch.linalg.svd``); ``method="ns5"`` is Muon's Newton–Schulz approximation
     (:func:`repro.common.linalg.newton_schulz5`) in working precision ``ns_dtype`` (``"auto"``: bfloat16 on CUDA
-    as Muon does, the input's dtype elsewhere).
+    as Muon does, the input's dtype elsewhere). Both are invariant to the scale of ``m``; each matrix is divided by
+    its largest entry first, so that extreme scales neither under- nor overflow (Muon's ``G/(‖G‖_F + 1e-7)``
+    would return ~0 for a float32 ``G`` of 1e-24 per entry, whose norm underflows).
     """
     _check_batch_dims(m, batch_dims, need_matrix=True)
+    m = _scaled(m, (-2, -1))
     if method == "svd":
         return -polar(m)
     if method == "ns5":
@@ -112,16 +125,19 @@ def unit_length(name: str, shape: Sequence[int]) -> float:
 def momentum_direction(m: Tensor, g: Tensor, alpha: float | Tensor, nesterov: bool = False) -> Tensor:
     """Update the momentum in place, ``m ← (1 − α) m + α g`` (α: weight of the fresh gradient; PyTorch's
     β = 1 − α), and return what the LMO is applied to: ``m``, or with Nesterov ``(1 − α) m + α g``
-    (Muon's ``grad.lerp(buf, β)``). ``alpha`` may be a tensor broadcasting against ``m`` (one α per config)."""
-    m.lerp_(g, alpha)
-    return g.lerp(m, 1 - alpha) if nesterov else m
+    (Muon's ``grad.lerp(buf, β)``). ``alpha`` may be a tensor broadcasting against ``m`` (one α per config).
+    Computed as a weighted sum, not as ``m + α (g − m)`` (``lerp``), whose difference overflows when ``m`` and ``g``
+    are finite but near the largest float with opposite signs."""
+    m.mul_(1 - alpha).add_(g * alpha)
+    return m * (1 - alpha) + g * alpha if nesterov else m
 
 
 class LMOMomentum(Optimizer):
     """Momentum LMO method ``m ← (1 − α) m + α g``, ``p ← p + lr · lmo(m)`` (paper's Algorithm family).
 
     Args:
-        lr: the step length η (radius of the norm ball; the ℓ2 step has Euclidean length exactly ``lr``).
+        lr: the step length η (radius of the norm ball; the ℓ2 step has Euclidean length exactly ``lr`` for any
+            finite nonzero gradient, however small or large its entries).
         alpha: weight of the FRESH gradient in ``(0, 1]`` (paper's convention). PyTorch's momentum
             coefficient is ``β = 1 − alpha``: Muon's default ``momentum=0.95`` is ``alpha=0.05``;
             ``alpha=1`` is memory-less normalized SGD / sign descent / orthogonalized SGD.

@@ -35,6 +35,7 @@ mixtures and the digits), :mod:`.experiment` (the notebook's harness).
 from .experiment import (
     CoarseFine,
     DigitGroups,
+    DigitsGuidance,
     DigitsModel,
     DigitsReference,
     GapCheck,
@@ -43,11 +44,13 @@ from .experiment import (
     VEWindows,
     coarse_vs_fine,
     digit_groups,
+    digits_guidance,
     digits_model,
     digits_reference,
     entropy_per_point,
     guidance_sweep,
     mmse_gap_check,
+    peak_times,
     speciation_vp,
     ve_windows,
 )
@@ -63,6 +66,7 @@ from .method import (
     entropy_rate,
     entropy_two_class,
     fwhm,
+    guided_flow,
     guided_trajectories,
     mmse_gap_entropy,
     peak_time,
@@ -84,11 +88,12 @@ from .problems import (
 )
 
 __all__ = [
-    "CoarseFine", "ConditionalDenoiser", "DigitGroups", "Digits", "DigitsModel", "DigitsReference", "FourierTime",
-    "GapCheck", "GaussianMixture", "GuidanceSweep", "NoisyClassifier", "Schedule", "Speciation", "VE", "VEWindows",
-    "VP", "classifier_cross_entropy", "coarse_vs_fine", "conditional_entropy_mc", "crossing_time", "digit_groups",
-    "digits_model", "digits_reference", "empirical_log_posterior", "entropy", "entropy_per_point", "entropy_rate",
-    "entropy_two_class", "fwhm", "guidance_sweep", "guided_trajectories", "hierarchical_mixture", "load_digits",
-    "mmse_gap_check", "mmse_gap_entropy", "peak_time", "speciation_vp", "train_classifier", "train_denoiser",
-    "two_class_mixture", "two_class_snr_statistic", "ve_windows",
+    "CoarseFine", "ConditionalDenoiser", "DigitGroups", "Digits", "DigitsGuidance", "DigitsModel", "DigitsReference",
+    "FourierTime", "GapCheck", "GaussianMixture", "GuidanceSweep", "NoisyClassifier", "Schedule", "Speciation", "VE",
+    "VEWindows", "VP", "classifier_cross_entropy", "coarse_vs_fine", "conditional_entropy_mc", "crossing_time",
+    "digit_groups", "digits_guidance", "digits_model", "digits_reference", "empirical_log_posterior", "entropy",
+    "entropy_per_point", "entropy_rate", "entropy_two_class", "fwhm", "guidance_sweep", "guided_flow",
+    "guided_trajectories", "hierarchical_mixture", "load_digits", "mmse_gap_check", "mmse_gap_entropy", "peak_time",
+    "peak_times", "speciation_vp", "train_classifier", "train_denoiser", "two_class_mixture",
+    "two_class_snr_statistic", "ve_windows",
 ]

@@ -19,13 +19,14 @@ from .method import (
     GaussianMixture,
     Schedule,
     Tensor,
-    conditional_entropy_mc,
+    _group,
     crossing_time,
     empirical_log_posterior,
     entropy,
     entropy_rate,
     entropy_two_class,
     fwhm,
+    guided_flow,
     guided_trajectories,
     mmse_gap_entropy,
     peak_time,
@@ -155,10 +156,12 @@ def coarse_vs_fine(gmm: GaussianMixture, partition: Tensor, n: int, points: int,
     xh, _ = gmm.sample(n, generator)
     th = torch.linspace(0.02, 4, points, dtype=dt, device=dev)
     seed_h = int(torch.randint(2**31, (1,), generator=generator, device=dev))
-    H_fine = conditional_entropy_mc(lambda x, tt: gmm.log_posterior(x, tt, VP()), xh, th, VP(),
-                                    torch.Generator(device=dev).manual_seed(seed_h)).cpu()
-    H_coarse = conditional_entropy_mc(lambda x, tt: gmm.log_posterior(x, tt, VP(), partition), xh, th, VP(),
-                                      torch.Generator(device=dev).manual_seed(seed_h)).cpu()
+    # one posterior per time serves both: the groups' log-probabilities are the classes' summed (what
+    # conditional_entropy_mc with and without the partition computes, with the same noise draw, at half the cost)
+    eps = torch.randn(xh.shape, generator=torch.Generator(device=dev).manual_seed(seed_h), dtype=dt, device=dev)
+    H_fine, H_coarse = torch.stack([
+        torch.stack([entropy(lp).mean(), entropy(_group(lp, partition)).mean()])
+        for lp in (gmm.log_posterior(VP().noise(xh, tt, eps), tt, VP()) for tt in th)]).cpu().unbind(1)
     H_within = H_fine - H_coarse  # H[Z | X_t, π(Z)], the subclass decision inside a superclass
     tc = th.cpu()
     return CoarseFine(t=tc, H_fine=H_fine, H_coarse=H_coarse, H_within=H_within,
@@ -255,7 +258,8 @@ def digits_reference(data: Digits, levels: int, generator: torch.Generator,
 class DigitsModel:
     """The trained denoiser's ``losses`` and MMSE-gap entropy ``H_model``, the noisy classifier's cross-entropy
     ``ce``, the largest ``|H_model − H_emp|`` in the window (``model_gap``), the ``spurious`` information below
-    zero at higher SNR than the window, and ``bound_slack = min(ce − H_emp)``."""
+    zero at higher SNR than the window, and ``bound_slack = min(ce − H_emp)``; ``model`` is the trained
+    denoiser."""
 
     losses: list[float]
     H_model: Tensor
@@ -263,6 +267,7 @@ class DigitsModel:
     model_gap: float
     spurious: float
     bound_slack: float
+    model: ConditionalDenoiser | None = None
 
 
 def digits_model(data: Digits, ref: DigitsReference, generator: torch.Generator, seed: int, *,
@@ -289,25 +294,96 @@ def digits_model(data: Digits, ref: DigitsReference, generator: torch.Generator,
     return DigitsModel(losses=losses, H_model=H_model, ce=ce,
                        model_gap=float((H_model - ref.H_emp).abs()[ref.window].max()),
                        spurious=float(-H_model[high_snr].min()) if high_snr.any() else 0.0,
-                       bound_slack=float((ce.double() - ref.H_emp).min()))
+                       bound_slack=float((ce.double() - ref.H_emp).min()), model=model)
+
+
+@dataclass
+class DigitsGuidance:
+    """Classifier-free guidance with the trained digits denoiser: along guided probability-flow trajectories (the
+    decreasing time grid ``t``, on the CPU), the mean entropy of the exact empirical posterior ``entropy[w]``, the
+    decision time ``decision[w]`` (where it falls to ``½ ln K``) and the number of consecutive weights where the
+    decision time decreases, ``order_violations``."""
+
+    t: Tensor
+    entropy: dict[float, Tensor]
+    decision: dict[float, float]
+    order_violations: int
+
+
+def digits_guidance(model: ConditionalDenoiser, data: Digits, ref: DigitsReference, weights: Sequence[float],
+                    per_class: int, steps: int, seed: int,
+                    log_snr: tuple[float, float] = (-8.0, 6.0)) -> DigitsGuidance:
+    """Guided sampling from the trained denoiser: ``per_class`` trajectories for every digit, ``steps`` Heun steps of
+    the VP probability-flow ODE (:func:`guided_flow`) on a grid uniform in log-SNR over ``log_snr``, every weight from
+    the same initial noise (a generator seeded with ``seed``). The model's score is ``(a D(x_t, y) − x_t)/s²``
+    (Tweedie); along the trajectories the *unguided* posterior is the exact empirical one of the training set
+    (:func:`empirical_log_posterior`)."""
+    dev, k = data.X.device, data.n_classes
+    sched = VP()
+    lam = torch.linspace(log_snr[0], log_snr[1], steps, dtype=torch.float64)
+    t_grid = sched.t_of_snr(lam.exp()).to(dev, data.X.dtype)             # decreasing: the reverse process
+    y = torch.arange(k, device=dev).repeat_interleave(per_class)
+
+    def score(label: Tensor | None) -> Callable[[Tensor, Tensor], Tensor]:
+        return lambda x, t: (sched.alpha(t) * model.denoise(x, t, sched, label) - x) / sched.sigma(t) ** 2
+
+    def observe(x: Tensor, t: Tensor) -> Tensor:
+        return entropy(empirical_log_posterior(ref.X64, data.y, x.to(ref.X64.dtype), t.to(ref.X64.dtype), sched,
+                                               k)).mean()
+
+    half = 0.5 * math.log(k)
+    curves, decision = {}, {}
+    with torch.no_grad():
+        for w in weights:
+            x = torch.randn(len(y), data.X.shape[1], generator=torch.Generator(device=dev).manual_seed(seed),
+                            dtype=data.X.dtype, device=dev)
+            _, H = guided_flow(score(y), score(None), x, w, t_grid, observe)
+            curves[w] = H.cpu().double()
+            decision[w] = crossing_time(t_grid.flip(0).cpu().double(), curves[w].flip(0), half)
+    violations = int(sum(decision[b] < decision[a] for a, b in zip(weights, weights[1:], strict=False)))
+    return DigitsGuidance(t=t_grid.cpu().double(), entropy=curves, decision=decision, order_violations=violations)
 
 
 @dataclass
 class DigitGroups:
     """Per digit the time at which its mean empirical entropy falls to ``½ ln 10`` (``decision``), the
-    data-driven ``groups`` of the classes, the coarse entropy ``H_coarse`` and the rate-peak times of the
-    coarse and fine labels."""
+    data-driven ``groups`` of the classes; on the fine time grid ``t`` the fine and coarse entropies
+    ``H_fine``/``H_coarse``, the rate-peak times ``t_fine``/``t_coarse`` and the bootstrap (over the points) of
+    ``Δ = t_coarse − t_fine``: ``boot`` (all resamples) and its 95 % interval ``ci``."""
 
     decision: dict[int, float]
     groups: np.ndarray
+    t: Tensor
+    H_fine: Tensor
     H_coarse: Tensor
     t_coarse: float
     t_fine: float
+    boot: np.ndarray
+    ci: tuple[float, float]
 
 
-def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3) -> DigitGroups:
-    """Per-digit decision times from the exact empirical posterior, and ``n_groups`` superclasses from
-    agglomerative clustering (scikit-learn, Ward) of the class means, against the fine label."""
+def peak_times(t: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    """:func:`peak_time` for every row of ``rates`` (shape ``(B, T)``) at once: the argmax refined by the parabola
+    through it and its two neighbours (the grid point itself at the ends or where the parabola is not concave)."""
+    t, r = np.asarray(t, dtype=float), np.asarray(rates, dtype=float)
+    i = np.clip(r.argmax(1), 1, len(t) - 2)
+    x = np.stack([t[i - 1], t[i], t[i + 1]], 1)
+    yv = np.take_along_axis(r, np.stack([i - 1, i, i + 1], 1), 1)
+    A = np.stack([x**2, x, np.ones_like(x)], 2)
+    c2, c1, _ = np.linalg.solve(A, yv[..., None])[..., 0].T
+    concave = c2 < 0
+    vertex = np.where(concave, -c1 / (2 * np.where(concave, c2, -1.0)), t[i])
+    edge = (r.argmax(1) == 0) | (r.argmax(1) == len(t) - 1)
+    return np.where(edge, t[r.argmax(1)], vertex)
+
+
+def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3, points: int = 64, boot: int = 1000,
+                 seed: int = 0) -> DigitGroups:
+    """Per-digit decision times from the exact empirical posterior (reference grid), ``n_groups`` superclasses from
+    agglomerative clustering (scikit-learn, Ward) of the class means, and the coarse-before-fine comparison on a
+    fine grid: ``points`` times uniform in log-SNR over the reference's transition window, the reference's noise
+    draw, fine and coarse entropies per point from one posterior evaluation, and ``boot`` bootstrap resamples of
+    the points (a NumPy generator seeded with ``seed``) for the interval of ``t_coarse − t_fine``."""
     from sklearn.cluster import AgglomerativeClustering
 
     k, tc = data.n_classes, ref.t.cpu()
@@ -316,8 +392,28 @@ def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3) -> Digit
     means = torch.stack([data.X[data.y == c].mean(0) for c in range(k)]).cpu().numpy()
     groups = AgglomerativeClustering(n_clusters=n_groups).fit_predict(means)
     part = torch.as_tensor(groups, device=data.X.device)
-    H_coarse = entropy_per_point(lambda x, tt: empirical_log_posterior(ref.X64, data.y, x, tt, VP(), k, part),
-                                 ref.X64, ref.t, ref.seed).mean(1)
-    return DigitGroups(decision=decision, groups=groups, H_coarse=H_coarse,
-                       t_coarse=peak_time(tc, entropy_rate(H_coarse, tc)),
-                       t_fine=peak_time(tc, entropy_rate(ref.H_emp, tc)))
+    # the fine grid: uniform in log-SNR over the window fixed before any training
+    lam_w = torch.log(VP().snr(tc[ref.window].double()))
+    lam = torch.linspace(float(lam_w.min()), float(lam_w.max()), points, dtype=torch.float64)
+    tf = VP().t_of_snr(lam.exp()).flip(0)                                  # increasing t
+    X = ref.X64
+    eps = torch.randn(X.shape, generator=torch.Generator(device=X.device).manual_seed(ref.seed), dtype=X.dtype,
+                      device=X.device)
+    per_f, per_c = [], []
+    for tt in tf.to(X.device, X.dtype):
+        logp = empirical_log_posterior(X, data.y, VP().noise(X, tt, eps), tt, VP(), k)
+        per_f.append(entropy(logp))
+        per_c.append(entropy(torch.stack([torch.logsumexp(logp[:, part == g], 1) for g in range(n_groups)], 1)))
+    pf, pc = torch.stack(per_f).cpu().numpy(), torch.stack(per_c).cpu().numpy()    # (T, n)
+    t_np = tf.numpy()
+    H_fine, H_coarse = pf.mean(1), pc.mean(1)
+    t_fine = peak_time(tf, entropy_rate(torch.as_tensor(H_fine), tf))
+    t_coarse = peak_time(tf, entropy_rate(torch.as_tensor(H_coarse), tf))
+    # bootstrap over the points: resampled means are count-weighted means
+    n = pf.shape[1]
+    w = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=boot) / n     # (B, n)
+    rate = [np.gradient(w @ p.T, t_np, axis=1) for p in (pc, pf)]
+    deltas = peak_times(t_np, rate[0]) - peak_times(t_np, rate[1])
+    return DigitGroups(decision=decision, groups=groups, t=tf, H_fine=torch.as_tensor(H_fine),
+                       H_coarse=torch.as_tensor(H_coarse), t_coarse=t_coarse, t_fine=t_fine, boot=deltas,
+                       ci=(float(np.quantile(deltas, 0.025)), float(np.quantile(deltas, 0.975))))

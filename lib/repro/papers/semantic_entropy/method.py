@@ -213,19 +213,21 @@ def empirical_log_posterior(X: Tensor, y: Tensor, x: Tensor, t: Tensor, sched: S
     """``log p(y | x_t)`` when the data distribution is the training set ``(X, y)`` itself (Diracs, equal
     weights): ``p(y|x_t) ∝ Σ_{i: y_i = y} N(x_t; a X_i, s² I)``, by log-sum-exp. With ``exclude_self`` the
     ``j``-th query ignores the ``j``-th training point (leave-one-out: the posterior a model that has not
-    memorised that point could reach)."""
+    memorised that point could reach). A class without training points gets ``−inf``."""
+    if y.shape != X.shape[:1] or (y.numel() and not (0 <= int(y.min()) and int(y.max()) < n_classes)):
+        raise ValueError(f"y needs one label in [0, {n_classes}) per training point")
+    if exclude_self and x.shape[0] != X.shape[0]:
+        raise ValueError("exclude_self needs the queries to be the (noised) training points, in order")
     a, s = sched.alpha(t), sched.sigma(t)
-    sq = torch.cdist(x, a * X) ** 2  # (n, N)
-    logk = -0.5 * sq / s**2
+    aX = a * X
+    # log N(x_t; a X_i, s² I) up to a constant: −‖x_t − a X_i‖² / (2 s²), the square expanded into one matmul
+    logk = ((x * x).sum(1, keepdim=True) + (aX * aX).sum(1) - 2 * x @ aX.T).mul_(-0.5 / s**2)   # (n, N)
     if exclude_self:
-        if x.shape[0] != X.shape[0]:
-            raise ValueError("exclude_self needs the queries to be the (noised) training points, in order")
         logk.fill_diagonal_(float("-inf"))
-    out = logk.new_full((x.shape[0], n_classes), float("-inf"))
-    for k in range(n_classes):
-        sel = y == k
-        if sel.any():
-            out[:, k] = torch.logsumexp(logk[:, sel], dim=1)
+    # per class log Σ exp: shift by the row's largest kernel, sum the classes with one matmul, shift back
+    top = logk.amax(1, keepdim=True)
+    onehot = torch.nn.functional.one_hot(y, n_classes).to(logk.dtype)
+    out = (logk.sub_(top).exp_() @ onehot).log_() + top
     out = out - torch.logsumexp(out, dim=1, keepdim=True)
     return _group(out, partition)
 
@@ -313,29 +315,42 @@ def crossing_time(t: Tensor, H: Tensor, level: float) -> float:
 # Classifier-free guidance
 
 
-def guided_trajectories(gmm: GaussianMixture, y: Tensor, w: float, t_grid: Tensor,
-                        generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """VP probability-flow ODE ``dx/dt = −x − s_w(x, t)`` run backwards along the decreasing ``t_grid`` from
-    ``x_T ~ N(0, I)`` with the classifier-free-guided score ``s_w = (1 + w) ∇log p(x|y) − w ∇log p(x)``
-    (second-order Heun steps). Returns the states ``(steps, n, d)`` and, along them, the entropy of the
-    *unguided* posterior ``H[Y | x_t]`` averaged over trajectories ``(steps,)``."""
-    sched = VP()
-    t_grid = torch.as_tensor(t_grid, dtype=gmm.means.dtype, device=gmm.means.device)
+def guided_flow(score_cond: Callable[[Tensor, Tensor], Tensor], score_uncond: Callable[[Tensor, Tensor], Tensor],
+                x: Tensor, w: float, t_grid: Tensor,
+                observe: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    """VP probability-flow ODE ``dx/dt = −x − s_w(x, t)`` run backwards from ``x`` along the decreasing ``t_grid``
+    with the classifier-free-guided score ``s_w = (1 + w) s(x|y) − w s(x)`` (second-order Heun steps; with
+    ``w = 0`` the unconditional score is not evaluated). Returns the states ``(steps, n, d)`` and
+    ``observe(x_t, t)`` at every step, stacked."""
+    t_grid = torch.as_tensor(t_grid, dtype=x.dtype, device=x.device)
     if not (torch.diff(t_grid) < 0).all():
         raise ValueError("t_grid must be strictly decreasing (the reverse process)")
-    x = torch.randn(len(y), gmm.means.shape[1], generator=generator, dtype=gmm.means.dtype,
-                    device=gmm.means.device)
 
     def drift(x: Tensor, t: Tensor) -> Tensor:
-        s = (1 + w) * gmm.score(x, t, sched, y) - w * gmm.score(x, t, sched)
+        s = score_cond(x, t) if w == 0 else (1 + w) * score_cond(x, t) - w * score_uncond(x, t)
         return -x - s
 
-    states, H = [x], [entropy(gmm.log_posterior(x, t_grid[0], sched)).mean()]
+    states, obs = [x], [observe(x, t_grid[0])]
     for t0, t1 in zip(t_grid[:-1], t_grid[1:], strict=True):
         h = t1 - t0
         d0 = drift(x, t0)
         x_pred = x + h * d0
         x = x + 0.5 * h * (d0 + drift(x_pred, t1))
         states.append(x)
-        H.append(entropy(gmm.log_posterior(x, t1, sched)).mean())
-    return torch.stack(states), torch.stack(H)
+        obs.append(observe(x, t1))
+    return torch.stack(states), torch.stack(obs)
+
+
+def guided_trajectories(gmm: GaussianMixture, y: Tensor, w: float, t_grid: Tensor,
+                        generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`guided_flow` with the mixture's exact scores, from ``x_T ~ N(0, I)``. Returns the states
+    ``(steps, n, d)`` and, along them, the entropy of the *unguided* posterior ``H[Y | x_t]`` averaged over
+    trajectories ``(steps,)``."""
+    sched = VP()
+    t_grid = torch.as_tensor(t_grid, dtype=gmm.means.dtype, device=gmm.means.device)
+    if not (torch.diff(t_grid) < 0).all():
+        raise ValueError("t_grid must be strictly decreasing (the reverse process)")
+    x = torch.randn(len(y), gmm.means.shape[1], generator=generator, dtype=gmm.means.dtype,
+                    device=gmm.means.device)
+    return guided_flow(lambda x, t: gmm.score(x, t, sched, y), lambda x, t: gmm.score(x, t, sched), x, w, t_grid,
+                       lambda x, t: entropy(gmm.log_posterior(x, t, sched)).mean())

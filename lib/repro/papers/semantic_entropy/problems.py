@@ -23,15 +23,20 @@ def two_class_mixture(d: int, *, device: torch.device | str = "cpu",
     return GaussianMixture.isotropic(torch.stack([mu, -mu]), 1.0)
 
 
-def hierarchical_mixture(d: int = 32, *, device: torch.device | str = "cpu",
+def hierarchical_mixture(d: int = 32, coarse_sep: float = 6.0, fine_sep: float = 2.0, *,
+                         device: torch.device | str = "cpu",
                          dtype: torch.dtype = torch.float64) -> tuple[GaussianMixture, Tensor]:
-    """Four unit-covariance classes in two superclasses: superclass centres ``±3 e₁`` (6 apart), subclasses
-    ``±e₂`` (2 apart). Returns the mixture and the coarse partition ``[0, 0, 1, 1]``."""
+    """Four unit-covariance classes in two groups: group centres ``±(coarse_sep/2) e₁``, classes within a group
+    ``±(fine_sep/2) e₂``. Returns the mixture and the partition ``[0, 0, 1, 1]`` into the two groups. The default
+    (6 apart, 2 apart) is a hierarchy: the groups are far apart. ``coarse_sep < fine_sep`` reverses the geometry:
+    the groups are then the *close* split, the control for coarse-before-fine."""
     if d < 2:
         raise ValueError(f"need d >= 2, got {d}")
+    if not (coarse_sep > 0 and fine_sep > 0):
+        raise ValueError(f"separations must be positive, got {coarse_sep}, {fine_sep}")
     centres = torch.zeros(4, d, dtype=dtype, device=device)
-    centres[:, 0] = torch.tensor([3.0, 3.0, -3.0, -3.0])
-    centres[:, 1] = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    centres[:, 0] = torch.tensor([1.0, 1.0, -1.0, -1.0]) * coarse_sep / 2
+    centres[:, 1] = torch.tensor([1.0, -1.0, 1.0, -1.0]) * fine_sep / 2
     return GaussianMixture.isotropic(centres, 1.0), torch.tensor([0, 0, 1, 1], device=device)
 
 
