@@ -13,7 +13,7 @@ from scipy.linalg import polar
 
 from repro.common.linalg import newton_schulz5
 from repro.papers import pogo as P
-from repro.papers.pogo.method import _polyval
+from repro.papers.pogo.method import _block_size, _polyval
 
 F64 = torch.float64
 
@@ -175,14 +175,59 @@ def test_normal_step_fixed_point_is_the_polar_factor():
         np.testing.assert_allclose(z.numpy(), u, atol=1e-12)
 
 
-def test_fused_update_equals_the_two_halves():
-    X = P.random_stiefel((2, 5), 3, 7, dtype=F64, generator=gen(30))
+@pytest.mark.parametrize("n", [7, 5, 3])  # n >= 2p: the four-product relative gradient; n < 2p: the two-product one
+def test_fused_update_equals_the_two_halves(n):
+    X = P.random_stiefel((2, 5), 3, n, dtype=F64, generator=gen(30))
     D = torch.randn(X.shape, dtype=F64, generator=gen(31))
     for lr, lam in ((0.1, 0.5), (0.7, 0.3)):
         want = P.normal_correction(X - lr * P.relative_gradient(X, D), lam)
-        torch.testing.assert_close(P.pogo_update(X.reshape(10, 3, 7), D.reshape(10, 3, 7), lr, lam),
-                                   want.reshape(10, 3, 7), atol=1e-14, rtol=0)  # fused bmm/baddbmm path
+        torch.testing.assert_close(P.pogo_update(X.reshape(10, 3, n), D.reshape(10, 3, n), lr, lam),
+                                   want.reshape(10, 3, n), atol=1e-14, rtol=0)  # fused bmm/baddbmm path
         torch.testing.assert_close(P.pogo_update(X, D, lr, lam), want)  # general (..., p, n) path
+
+
+@pytest.mark.parametrize("n", [6, 9])
+def test_blocked_step_equals_the_one_batch_step_and_runs_in_place(n):
+    # the CPU step runs in cache-sized blocks of matrices: blocks of 1, about 7 and all matrices give the same
+    # numbers, also written into X itself and into a transposed (non-contiguous) view
+    X = P.random_stiefel(23, 4, n, dtype=F64, generator=gen(32))
+    D = torch.randn(X.shape, dtype=F64, generator=gen(33))
+    want = P.normal_correction(X - 0.2 * P.relative_gradient(X, D))
+    per_matrix = X.element_size() * (4 * 4 * n + 3 * n * n)
+    for block_bytes in (1, 7 * per_matrix, 0, None):
+        torch.testing.assert_close(P.pogo_update(X, D, 0.2, block_bytes=block_bytes), want, atol=1e-14, rtol=0)
+        Y = X.clone()
+        assert P.pogo_update(Y, D, 0.2, out=Y, block_bytes=block_bytes) is Y
+        torch.testing.assert_close(Y, want, atol=1e-14, rtol=0)
+        T = X.mT.contiguous().mT  # same values, transposed strides
+        P.pogo_update(T, D, 0.2, out=T, block_bytes=block_bytes)
+        torch.testing.assert_close(T, want, atol=1e-14, rtol=0)
+    assert _block_size(X.float(), None) == 23  # 23 small matrices fit in one block
+    assert _block_size(torch.zeros(10_000, 16, 16), None) == P.CPU_BLOCK_BYTES // (4 * 7 * 256)
+    assert _block_size(torch.zeros(10_000, 16, 64), None) == P.CPU_BLOCK_BYTES // (4 * (4 * 16 * 64 + 3 * 256))
+    assert _block_size(torch.zeros(10_000, 16, 64, device="meta"), None) == 10_000  # off the CPU: one block
+    with pytest.raises(ValueError, match="out has shape"):
+        P.pogo_update(X, D, 0.2, out=X[:3])
+
+
+@pytest.mark.parametrize("rows", [True, False])
+def test_optimiser_steps_in_place_and_blocked_like_one_batch(rows):
+    loss = quadratic_problem(40, 3, 5, seed=34)
+    X0 = P.random_stiefel(40, 3, 5, rows=rows, dtype=F64, generator=gen(35))
+    out = []
+    for block_bytes in (200, 0):  # 200 bytes: one matrix per block
+        X = X0.clone().requires_grad_()
+        ptr = X.data_ptr()
+        opt = P.POGO([X], lr=0.1, base=P.SGDBase(momentum=0.5), block_bytes=block_bytes, rows=rows)
+        for _ in range(5):
+            opt.zero_grad()
+            loss(X if rows else X.mT).backward()
+            opt.step()
+        assert X.data_ptr() == ptr
+        out.append(X.detach())
+    torch.testing.assert_close(out[0], out[1], atol=1e-14, rtol=0)
+    with pytest.raises(ValueError, match="block_bytes"):
+        P.POGO([X0.clone().requires_grad_()], lr=0.1, block_bytes=-1)
 
 
 def test_normal_correction_accepts_one_lambda_per_matrix():
@@ -546,6 +591,11 @@ def test_claim_numbers_by_hand():
     assert n["landing_ratio"] == pytest.approx(1e-2 / 2e-4)
     assert n["gap_ratio"] == pytest.approx(4e-3 / 2e-3)
     assert n["geoopt_over_pogo"] == pytest.approx(1e-6 / 1e-6)
+    assert n["geoopt_over_pogo_raw"] == pytest.approx(5e-7 / 1e-9)  # no floor: POGO (VectorAdam)'s 1e-9 wins
+    # best learning rates of the bases (smallest final gap over the grid; the diverged run is out)
+    assert n["best_lr_by_base"] == {"POGO (SGD)": 1.0, "POGO (SGD-mom 0.3)": 1.0, "POGO (VectorAdam)": 1.0}
+    assert n["worst_at_best_by_base"] == {"POGO (SGD)": 1e-4, "POGO (SGD-mom 0.3)": 1e-4, "POGO (VectorAdam)": 5.0}
+    assert n["worst_at_best"] == 5.0
     assert P.best_summary(res, {"Landing": 0.1}) == {"Landing": {"lr": 0.1, "final_gap": 2e-3, "worst_orth": 1e-2}}
     with pytest.raises(ValueError, match="<= 0.01"):
         P.claim_numbers(res, lrs, lr_max=0.01)
@@ -556,9 +606,30 @@ def test_match_public_agrees_with_pogo_torch():
     for kind in ("sgd", "vectoradam"):
         dev, gap = P.match_public(*P.public_base_pair(kind), 0.05, n=12, p=4, steps=10, seed=7)
         assert dev < 1e-12 and 0 < gap < 1
-    assert P.match_digits(1.4e-15) == 14 and P.match_digits(0.0) == 16
+    assert P.match_digits(1.4e-15) == P.MATCH_DIGITS_CAP == 12 and P.match_digits(0.0) == 12
+    assert P.match_digits(1.4e-15, cap=16) == 14 and P.match_digits(2e-5) == 4
     with pytest.raises(ValueError, match="unknown base"):
         P.public_base_pair("adam")
+
+
+def test_time_to_a_target_gap():
+    prob = P.ProcrustesProblem.generate(6, 4, 8, noise=0.1, generator=gen(11), dtype=F64)
+    X0 = prob.init(gen(12))
+    best = {"POGO (SGD)": 0.3, "geoopt RSGD (QR)": 0.3, "geoopt RSGD (Cayley)": 1e-4}  # the last is too slow
+    runs = P.time_to_gap(prob, X0, best, 1e-3, 200, rows=True)
+    for m in ("POGO (SGD)", "geoopt RSGD (QR)"):
+        steps, secs = P.reached(runs[m], 1e-3)
+        r = runs[m]
+        assert 1 <= steps < 200 and r.gap[steps] <= 1e-3 < np.nanmin(r.gap[:steps])  # the first step at the target
+        assert np.isfinite(r.gap[: steps + 1]).all() and np.isnan(r.gap[steps + 1 :]).all()  # evaluated every step
+        assert secs == r.clock[steps] > 0
+    assert P.reached(runs["geoopt RSGD (Cayley)"], 1e-3) == (-1, float("inf"))
+    s = P.speed_to_target(runs, 1e-3)
+    assert s["ratio"] == pytest.approx(s["seconds"]["geoopt RSGD (QR)"] / s["seconds"]["POGO (SGD)"])
+    assert s["steps"]["geoopt RSGD (Cayley)"] == -1 and s["seconds"]["geoopt RSGD (Cayley)"] is None
+    assert s["fastest_pogo_s"] == s["seconds"]["POGO (SGD)"]
+    assert P.speed_to_target({"geoopt RSGD (QR)": runs["geoopt RSGD (QR)"]}, 1e-3)["ratio"] == 0.0
+    assert P.speed_to_target({"POGO (SGD)": runs["POGO (SGD)"]}, 1e-3)["ratio"] == float("inf")
 
 
 def test_contraction_is_quadratic():
@@ -572,6 +643,14 @@ def test_contraction_is_quadratic():
 
 
 def test_time_per_step_and_scaling_summary():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert P.step_clock("cpu")[0] == "CPU time"  # one thread: CPU time, which other jobs do not inflate
+        torch.set_num_threads(2)
+        assert P.step_clock("cpu")[0] == "wall clock"
+    finally:
+        torch.set_num_threads(threads)
     ms = P.time_per_step([2, 3], 4, budget_s=1e-3, repeats=1, generator=gen(9))
     assert list(ms) == P.SCALE_METHODS and all(len(v) == 2 and min(v) > 0 for v in ms.values())
     counts = [10, 100, 1000, 10000]

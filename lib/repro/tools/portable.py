@@ -6,7 +6,8 @@ Measured here: the same notebook gave different claim values on an Intel Xeon (A
 produced the earlier committed outputs, because every numerical library picks kernels by CPU at run time:
 
 * MKL (torch's BLAS/LAPACK): ``MKL_CBWR=AVX2,STRICT`` (conditional numerical reproducibility on the AVX2 code path;
-  no measurable cost here, while ``COMPATIBLE`` made BLAS 2.5x slower);
+  15-35 % slower on POGO's batched 16x16 products, little cost on larger matmuls, while ``COMPATIBLE`` made BLAS
+  2.5x slower: quick mode buys exact agreement with this, full mode does not use it);
 * ATen's own vectorised kernels (softmax, reductions): ``ATEN_CPU_CAPABILITY=avx2``;
 * oneDNN (convolutions): ``ONEDNN_MAX_CPU_ISA=AVX2``;
 * OpenBLAS inside NumPy and SciPy: ``OPENBLAS_CORETYPE=Haswell`` (the kernels AMD Zen gets too);

@@ -12,8 +12,9 @@ sbibm definitions (Lueckmann et al. 2021), the flows are zuko's, the MCMC baseli
 * :mod:`repro.papers.gbi.npe`: the flow and its training by route (i) (tempered-joint synthesis) and route (ii)
   (SNIS reweighting of one β = 1 base set, w̃ ∝ p(x | θ)^(β−1)), with the weights' effective sample size;
   training runs on :func:`repro.common.train.fit`.
-* :mod:`repro.papers.gbi.reference`: emcee power posteriors per (x, β) and exact grid references in two
-  dimensions.
+* :mod:`repro.papers.gbi.reference`: emcee power posteriors per (x, β), with mode jumps along the task's
+  symmetries (two moons' mirror-image crescents, SLCP's sign modes) so that the walkers mix between modes, and
+  exact grid references in two dimensions.
 * :mod:`repro.papers.gbi.metrics`: C2ST (sbibm protocol) and unbiased MMD².
 * :mod:`repro.papers.gbi.experiment`: the notebook's harness (training every task and route, cached
   references, accuracy over β, noise floor and emcee baseline, crescent widths, ESS curves, amortization

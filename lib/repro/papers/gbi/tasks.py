@@ -24,6 +24,7 @@ Wilks (2005) as used in ELFI; they are re-implemented here in batched torch (any
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -97,6 +98,13 @@ class Task:
     def sample_tempered_theta(self, n: int, beta: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """θ ~ f_β(θ) ∝ π(θ) Z_β(θ). Location families: the prior."""
         return self.sample_prior(n, generator)
+
+    def symmetries(self) -> list[Callable[[Tensor], Tensor]]:
+        """Maps θ ↦ g(θ), other than the identity, under which prior and likelihood are invariant for every x, so
+        every power posterior is too: each a linear isometry (volume-preserving), the set closed under inverses.
+        An MCMC sampler may propose g(θ) and always accept it, which moves walkers between the symmetric modes
+        (:func:`repro.papers.gbi.mcmc_power_posterior`). An empty list by default."""
+        return []
 
     # -- shared ---------------------------------------------------------------------------------------------
     def _n(self, n: int) -> int:
@@ -240,6 +248,11 @@ class TwoMoons(Task):
     def prior_log_prob(self, theta):
         return _uniform_log_prob(self._theta(theta), self.lower, self.upper)
 
+    def symmetries(self) -> list[Callable[[Tensor], Tensor]]:
+        """The reflection (θ₀, θ₁) ↦ (−θ₁, −θ₀): it maps z₀ ↦ −z₀ and keeps z₁, and the likelihood depends on z₀
+        only through |z₀|; the box prior is invariant. It swaps the posterior's two crescents."""
+        return [lambda th: torch.stack([-th[..., 1], -th[..., 0]], -1)]
+
     @staticmethod
     def _shift(theta: Tensor) -> Tensor:
         z0 = (theta[..., 0] + theta[..., 1]) / math.sqrt(2)
@@ -322,6 +335,16 @@ class SLCP(Task):
 
     def prior_log_prob(self, theta):
         return _uniform_log_prob(self._theta(theta), self.lower, self.upper)
+
+    def symmetries(self) -> list[Callable[[Tensor], Tensor]]:
+        """Sign flips of θ₂, of θ₃ and of both: S depends on them only through θ₂² and θ₃² (and ρ = tanh θ₄);
+        the box prior is invariant. They permute the posterior's four modes."""
+        def flip(*dims: int) -> Callable[[Tensor], Tensor]:
+            sign = torch.ones(self.theta_dim, dtype=torch.float64)
+            sign[list(dims)] = -1
+            return lambda th: th * sign.to(th.device, th.dtype)
+
+        return [flip(2), flip(3), flip(2, 3)]
 
     def mean_cov(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """m (…, 2) and S (…, 2, 2) of one draw."""

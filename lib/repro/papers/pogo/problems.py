@@ -4,7 +4,7 @@ a batch of orthogonal Procrustes problems (the "many small matrices" regime)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,6 +27,10 @@ class PCAProblem:
     A: Tensor
     p: int
     f_star: float
+    _A64: Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._A64 = self.A.double()
 
     @classmethod
     def generate(cls, n: int, p: int, cond: float = 1000.0, scale: float = 10.0, *,
@@ -54,7 +58,7 @@ class PCAProblem:
 
     def gap(self, W: Tensor) -> float:
         """Relative optimality gap, evaluated in float64."""
-        f = -0.5 * float((W.double() * (self.A.double() @ W.double())).sum())
+        f = -0.5 * float((W.double() * (self._A64 @ W.double())).sum())
         return abs(f - self.f_star) / abs(self.f_star)
 
 
@@ -71,6 +75,11 @@ class ProcrustesProblem:
     B: Tensor
     f_star: float
     f_rand: float
+    _A64: Tensor = field(init=False, repr=False)
+    _B64: Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._A64, self._B64 = self.A.double(), self.B.double()
 
     @classmethod
     def generate(cls, b: int, p: int, m: int, noise: float = 0.1, *, generator: torch.Generator | None = None,
@@ -107,5 +116,5 @@ class ProcrustesProblem:
 
     def gap(self, X: Tensor) -> float:
         """Relative optimality gap, evaluated in float64."""
-        f = 0.5 * float((X.double() @ self.A.double() - self.B.double()).square().sum())
+        f = 0.5 * float((X.double() @ self._A64 - self._B64).square().sum())
         return (f - self.f_star) / (self.f_rand - self.f_star)
