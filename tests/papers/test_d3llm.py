@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,6 +58,19 @@ def test_aup_basic_properties():
     for bad in (([], [], 1.0), ([1.0], [1.0, 2.0], 1.0), ([0.0], [50.0], 60.0), ([1.0], [0.5 * 300], 60.0)):
         with pytest.raises(ValueError):
             D.aup(*bad)
+
+
+def test_aup_against_a_common_reference_accuracy():
+    """``y_ref`` moves the 5-point cut from the curve's own first point to a reference shared by several models."""
+    rho, y = [1.0, 2.0, 3.0], [80.0, 79.0, 76.0]
+    assert D.aup(rho, y, 82.0, strict=False) == pytest.approx(reference_aup(list(zip(rho, y, strict=True)), 82.0))
+    assert D.aup(rho, y, 82.0, strict=False, y_ref=82.0) == pytest.approx(reference_aup([(1, 80), (2, 79)], 82.0))
+    assert D.aup(rho, y, 82.0, strict=False, y_ref=80.0) == D.aup(rho, y, 82.0, strict=False)
+    assert D.aup(rho, y, 82.0, strict=False, y_ref=95.0) == 0.0  # nothing within 5 points of the reference
+    with pytest.raises(ValueError, match="drops"):
+        D.aup(rho, y, 82.0, y_ref=82.0)
+    with pytest.raises(ValueError):
+        D.aup(rho, y, 82.0, y_ref=120.0)
 
 
 # ---------------------------------------------------------------------------------------------- rules
@@ -256,6 +270,42 @@ def test_early_stop_overwrites_everything_after_the_first_eos():
     assert (no_stop.tokens[:, 3:] == 3).all() and int(no_stop.nfe[0]) > int(out.nfe[0])
 
 
+def eos_in_the_last_forward(task: D.ChainTask, eos_at: int):
+    """A denoiser certain of every answer token at once (token 3), with an EOS at answer position ``eos_at``: a
+    single forward decodes the whole answer, EOS included, and nothing is masked afterwards."""
+    p = task.prompt_len
+
+    def fn(x):
+        logits = torch.zeros(len(x), x.shape[1], task.vocab_size, dtype=torch.float64)
+        logits[..., 3] = 40.0
+        logits[:, p + eos_at, task.eos_id] = 80.0
+        return logits
+
+    return fn
+
+
+@pytest.mark.parametrize("block", [TASK.answer_len, 4])
+@pytest.mark.parametrize("cached", [False, True])
+def test_early_stop_fill_holds_when_the_eos_comes_in_the_last_forward(block, cached):
+    """Everything after the first EOS is EOS even when the forward that decoded the EOS also decoded the last masked
+    position (the public code checks for completion before applying the early stop, and keeps the tokens)."""
+    g, eos = TASK.answer_len, TASK.eos_id
+    fn = eos_in_the_last_forward(TASK, 2)
+    prompt, _ = problems(TASK, 3)
+    kw = dict(mask_id=TASK.mask_id, eos_id=eos, early_stop=True, block_add_threshold=0.0, decoded_token_threshold=0.0)
+    if cached:
+        model = random_denoiser(TASK)
+        model.forward = fn  # the cached decoder calls forward_from: route both through the same logits
+        model.forward_from = lambda x, start, cache: (fn(x)[:, start:], None)
+        model.prefix_cache = lambda full, prefix: None
+        out = D.decode_multiblock_kvcache(model, prompt, g, block, 1.0, refresh_interval=1, **kw)
+    else:
+        out = D.decode_multiblock(fn, prompt, g, block, 1.0, **kw)
+    assert (out.tokens[:, :2] == 3).all()
+    assert (out.tokens[:, 2:] == eos).all(), out.tokens
+    assert int(out.nfe.max()) <= -(-g // block)
+
+
 def test_decoder_input_errors():
     prompt, _ = problems(TASK, 2)
     fn = oracle(TASK)
@@ -413,6 +463,75 @@ def test_curves_of_the_oracle_match_the_decoders():
     wrong = D.Decoded((ev.answer + 1) % TASK_EOS.modulus, *(getattr(ref, f) for f in ("nfe", "timeline", "filled",
                                                                                        "positions")))
     assert D.accuracy(wrong, ev.answer, TASK_EOS) == 0.0
+
+
+def test_aup_table_scores_both_models_against_the_teacher_reference():
+    """The student's points are cut at the teacher's one-token-per-forward accuracy minus 5, not at its own."""
+    teacher = D.Curves(vanilla=[(1.0, 90.0)], entropy=[(2.0, 88.0)], confidence=[])
+    student = D.Curves(vanilla=[(1.0, 99.0)], entropy=[(2.0, 92.0), (3.0, 86.0), (4.0, 84.0)], confidence=[])
+    table, y_max = D.aup_table(teacher, student)
+    assert y_max == 99.0
+    # own reference 99 would keep only (1, 99); the teacher's 90 keeps everything down to 85
+    want = reference_aup([(1.0, 99.0), (2.0, 92.0), (3.0, 86.0)], 99.0)
+    assert table["student / entropy"] == pytest.approx(want, rel=1e-12)
+
+
+def noisy_oracle(task: D.ChainTask, scale: float, noise: float):
+    """The oracle's logits scaled down plus a deterministic pseudo-random term of the input: right on some problems
+    and decoder settings, wrong on others."""
+    base = oracle(task)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        v = torch.arange(task.vocab_size, dtype=torch.float64)
+        pos = torch.arange(x.shape[1], dtype=torch.float64)
+        phase = 1.3 * v[None, None, :] * (x.double()[..., None] + 1.3) + 0.7 * pos[None, :, None]
+        return base(x) / 30.0 * scale + noise * torch.sin(phase + x.double().sum(1)[:, None, None])
+
+    return fn
+
+
+def evaluated_pair(n: int = 40, seed: int = 0):
+    """Teacher and student curves of two noisy oracles on ``n`` problems (accuracies between 0 and 100 that differ
+    from point to point and from model to model)."""
+    ev = D.EvalSet.sample(TASK_EOS, n, seed, block=4, thresholds=[0.5, 1.5, 2.5], conf_thresholds=[0.5])
+    teacher, student = (D.curves(noisy_oracle(TASK_EOS, 3.0, z), ev) for z in (2.0, 1.8))
+    accs = [y for res in (teacher, student) for _, y in res.vanilla + res.entropy]
+    assert 0 < min(accs) < max(accs) < 100 and teacher.entropy != student.entropy
+    return ev, teacher, student
+
+
+def test_resampled_gains_against_curves_rebuilt_from_the_drawn_problems():
+    ev, teacher, student = evaluated_pair()
+    table, _ = D.aup_table(teacher, student)
+    n = len(ev.prompt)
+    ones = D.resampled_gains(teacher, student, np.ones((1, n)))
+    assert ones[0] == pytest.approx(table["student / entropy"] - table["teacher / entropy"], rel=1e-9, abs=1e-9)
+    rng = np.random.default_rng(5)
+    idx = rng.integers(0, n, (4, n))
+    counts = np.stack([np.bincount(i, minlength=n) for i in idx])
+    got = D.resampled_gains(teacher, student, counts)
+    g = TASK_EOS.answer_len
+
+    def rebuilt(res: D.Curves, i: np.ndarray) -> D.Curves:  # the points recomputed from the drawn problems
+        pts = {k: [(len(i) * g / float(nfe[i].sum()), 100.0 * float(ok[i].double().mean()))
+                   for ok, nfe in res.samples[k]] for k in D.CURVE_KINDS}
+        return D.Curves(**pts)
+
+    for b in range(4):
+        table_b = D.aup_table(rebuilt(teacher, idx[b]), rebuilt(student, idx[b]))[0]
+        want = table_b["student / entropy"] - table_b["teacher / entropy"]
+        assert got[b] == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_bootstrap_gain_of_a_model_against_itself_is_zero_and_seeded():
+    ev, teacher, student = evaluated_pair()
+    same = D.bootstrap_gain(teacher, teacher, n_boot=50)
+    assert (same.point, same.lo, same.hi) == (0.0, 0.0, 0.0)
+    a = D.bootstrap_gain(teacher, student, n_boot=200, seed=3)
+    assert a == D.bootstrap_gain(teacher, student, n_boot=200, seed=3)
+    assert a.lo <= a.hi and a.level == 0.95
+    with pytest.raises(ValueError):
+        D.bootstrap_gain(teacher, student, n_boot=0)
 
 
 def test_aup_table_against_the_written_out_formula():

@@ -123,6 +123,29 @@ def test_wrong_model_is_refused(cloud, models):
         C.decode(data, other)
 
 
+@pytest.mark.parametrize("kind, change", [
+    ("pace", dict(heads=4)), ("pace", dict(window=2 * W)),
+    ("coupled", dict(heads=4)), ("coupled", dict(window=W // 2)), ("pace", "double"), ("mlp", "double")])
+def test_same_weights_other_configuration_is_refused_by_the_header(cloud, models, kind, change):
+    """The fingerprint covers the configuration and dtype, not the weights alone: the same state dict in a model with
+    another head count, window or dtype would compute other pmfs, so its stream must be refused up front."""
+    model = models[kind]
+    data = C.encode(cloud, model, DEPTH, "fp" if kind == "mlp" else "ar")
+    if change == "double":
+        other = type(model)(**model.config).double().eval()
+        other.load_state_dict(model.state_dict())
+    else:
+        other = type(model)(**{**model.config, **change}).eval()
+        other.load_state_dict(model.state_dict())  # same parameter shapes: only the configuration differs
+    assert all(torch.equal(a, b.to(a.dtype)) for a, b in zip(model.state_dict().values(),
+                                                              other.state_dict().values(), strict=True))
+    with pytest.raises(C.CorruptStream, match="fingerprint"):
+        C.decode(data, other)
+    twin = type(model)(**model.config).eval()
+    twin.load_state_dict(model.state_dict())
+    assert np.array_equal(C.decode(data, twin), C.decode(data, model))  # an identical model still decodes
+
+
 def _reseal(data: bytes, **fields) -> bytes:
     """Rewrite header fields and recompute the CRC (a crafted stream that passes the checksum)."""
     names = ["magic", "version", "kind", "mode", "depth", "fp", "ox", "oy", "oz", "size", "n_points", "n_leaves",

@@ -96,3 +96,20 @@ def test_latency_slice_decodes_the_same_nodes_exactly(corpus, models):
     assert sl.n_nodes == min(2 * W, len(corpus.test_tree.symbols(level))) and sl.exact
     assert all(len(v) == 2 for v in sl.seconds.values())
     assert sl.us_per_node["PACE ar"] == pytest.approx(1e6 * np.median(sl.seconds["PACE ar"]) / sl.n_nodes)
+    # the slice's rate: the size of the ANS words each model coded it into
+    tokens, xyz = O.level_context(corpus.test_tree.codes, corpus.test_tree.occupancy, level)
+    n = sl.n_nodes
+    words = C.encode_level(models.pace, tokens[:n], xyz[:n], corpus.test_tree.symbols(level)[:n], "ar")
+    assert sl.bits_per_node["PACE ar"] == 32.0 * len(words) / n
+
+
+def test_scan_bits_is_the_teacher_forced_code_length_of_the_real_streams(corpus, models):
+    """The teacher-forced rate equals the model's cross-entropy under its float pmfs, which the codec also computes
+    for the streams it writes (``bits_float``), for every coded level of the test scan."""
+    got = P.scan_bits(corpus.test_tree, W, {"PACE ar": (models.pace, W), "PACE fp": (models.pace, 1)})
+    grid = O.Grid.centred(128.0, DEPTH)
+    for name, mode in (("PACE ar", "ar"), ("PACE fp", "fp")):
+        enc = C.encode_detailed(corpus.test_scans[0], models.pace, DEPTH, mode, grid=grid)
+        assert got[name] == pytest.approx(enc.bits_float / enc.n_symbols, rel=1e-4)
+    coupled = P.scan_bits(corpus.test_tree, W, {"coupled": (models.coupled, W)})["coupled"]
+    assert np.isfinite(coupled) and coupled > 0

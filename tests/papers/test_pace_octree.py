@@ -119,3 +119,20 @@ def test_coarser_trees_are_prefixes_of_finer_ones():
     coarse = O.build_octree(O.quantize(pts, O.Grid.centred(64.0, 6)), 6)
     for level in range(6):
         assert np.array_equal(fine.occupancy[level], coarse.occupancy[level])
+
+
+@pytest.mark.parametrize("half, depth, origin_shift", [(128.0, 10, 0.0), (100.0, 7, 0.0), (37.3, 12, 3.1)])
+def test_points_just_below_the_upper_face_are_inside(half, depth, origin_shift):
+    """A point inside the documented cube [o, o + size) but within rounding of its upper face must get the last
+    cell (2^L − 1), not be refused: the division can round it up to 2^L. Points at or beyond the face still raise."""
+    grid = O.Grid(tuple(np.array([-half, -half, -half]) + origin_shift), 2.0 * half, depth)
+    hi = np.asarray(grid.origin) + grid.size
+    below = np.nextafter(hi, -np.inf)  # the largest doubles strictly inside the cube
+    assert (below < hi).all()
+    q = O.quantize(below[None], grid)
+    assert (q == 2**depth - 1).all()
+    lo = np.asarray(grid.origin)
+    assert (O.quantize(lo[None], grid) == 0).all()
+    for bad in (hi, np.nextafter(lo, -np.inf)):
+        with pytest.raises(ValueError, match="outside"):
+            O.quantize(bad[None], grid)

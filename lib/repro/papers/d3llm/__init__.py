@@ -15,11 +15,19 @@ Deliberate deviations from the paper and its code:
 * a small bidirectional transformer trained here on a generated chain task, not LLaDA-8B / Dream-7B on GSM8K
   (neither can be had offline); the teacher is trained Dream-style (autoregressive warm-up, then masked diffusion);
 * the student is the teacher fine-tuned in full (the paper: LoRA, rank 256), with a constant learning rate; the
-  block-size curriculum is the paper's scaled to 4-token blocks;
+  block-size curriculum is the paper's scaled to our decoding block;
 * full bidirectional attention with shifted logits (Dream's block-causal mask is not used); greedy decoding;
 * the LLaDA code's always-accept-the-lowest-entropy rule is used for every model (the Dream code has none);
 * KV refresh: the cache stands for a prefix of finished blocks; the public code also truncates a refreshed cache at
-  the start of the latest stabilising block, we keep it at the cached prefix.
+  the start of the latest stabilising block, we keep it at the cached prefix;
+* early stopping is applied before the completion check, so everything after the first EOS is EOS in every case;
+  the public code (its generators, e.g. ``d3llm/d3llm_DREAM/d3llm_dream_generate_util.py``: the
+  ``total_masks == 0`` break comes before ``handle_early_stop`` in the decoding loop) checks for completion
+  first, so an EOS decoded by the last forward (with the last masked positions) leaves the tokens decoded after
+  it; it also counts a forward (``nfe += 1``) before the early stop can end the loop without one; we count
+  forwards only when one runs;
+* AUP comparisons of two models (:func:`aup_table`) use one reference accuracy for the 5-point cut, the teacher's
+  at one token per forward (the public ``get_aup`` uses each curve's first point).
 """
 
 from .experiment import (
@@ -29,14 +37,18 @@ from .experiment import (
     KV_SETTINGS,
     Curves,
     EvalSet,
+    Gain,
     Recipe,
     accuracy,
     aup_table,
+    bootstrap_gain,
     curves,
     distill,
     kv_sweep,
     new_model,
+    resampled_gains,
     seed_gain,
+    train_pair,
     train_teacher,
 )
 from .method import (
@@ -64,8 +76,9 @@ from .problems import ChainTask
 
 __all__ = [
     "CURVE_KINDS", "ENTROPY_DECODING", "FAST_DLLM", "KV_SETTINGS", "RULES", "ChainTask", "Curves", "Decoded",
-    "Denoiser", "EvalSet", "Recipe", "accuracy", "aup", "aup_table", "aup_weight", "curriculum_block_size", "curves",
-    "d3llm_loss", "decode_multiblock", "decode_multiblock_kvcache", "decode_vanilla", "diffusion_loss", "distill",
-    "kv_sweep", "new_model", "pseudo_trajectory_mask", "random_answer_mask", "seed_gain", "token_entropy",
-    "train_autoregressive", "train_d3llm", "train_diffusion", "train_teacher", "transfer_rule", "wide",
+    "Denoiser", "EvalSet", "Gain", "Recipe", "accuracy", "aup", "aup_table", "aup_weight", "bootstrap_gain",
+    "curriculum_block_size", "curves", "d3llm_loss", "decode_multiblock", "decode_multiblock_kvcache",
+    "decode_vanilla", "diffusion_loss", "distill", "kv_sweep", "new_model", "pseudo_trajectory_mask",
+    "random_answer_mask", "resampled_gains", "seed_gain", "token_entropy", "train_autoregressive", "train_d3llm",
+    "train_diffusion", "train_pair", "train_teacher", "transfer_rule", "wide",
 ]

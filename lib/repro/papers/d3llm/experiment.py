@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...common.nn import TransformerConfig
@@ -46,7 +47,8 @@ CURVE_KINDS = ("vanilla", "entropy", "confidence")
 
 @dataclass(frozen=True)
 class Recipe:
-    """Model, teacher-training and distillation settings of notebook 03 (defaults: its quick mode).
+    """Model, teacher-training and distillation settings of notebook 03 (the notebook passes its configuration;
+    the defaults are the earlier quick mode with blocks of 4, the full mode's teacher, used by the benchmark).
 
     ``block`` is the decoding block size, used for the teacher's one-token-per-forward trajectories as well."""
 
@@ -98,12 +100,24 @@ class EvalSet:
 class Curves:
     """(TPF, exact-answer accuracy %) points of one model: vanilla (one point), entropy multi-block per threshold,
     Fast-dLLM per confidence threshold; ``outputs`` keeps the decoders' outputs (``"vanilla"`` and each entropy
-    threshold) for the timeline plots."""
+    threshold) for the timeline plots; ``samples[kind]`` holds, per point, each problem's exact-answer flag and
+    forwards (CPU tensors), from which :func:`bootstrap_gain` resamples the points; ``answer_len`` is the number
+    of answer tokens per problem."""
 
     vanilla: list[tuple[float, float]]
     entropy: list[tuple[float, float]] = field(default_factory=list)
     confidence: list[tuple[float, float]] = field(default_factory=list)
     outputs: dict[Any, Decoded] = field(default_factory=dict)
+    samples: dict[str, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)
+    answer_len: int = 0
+
+    def add(self, kind: str, out: Decoded, answer: Tensor, task: ChainTask) -> tuple[float, float]:
+        """Append the point of decoder output ``out`` to the curve ``kind`` and keep its per-problem samples."""
+        point = (out.tpf, accuracy(out, answer, task))
+        getattr(self, kind).append(point)
+        self.samples.setdefault(kind, []).append((task.correct(out.tokens, answer).cpu(), out.nfe.cpu()))
+        self.answer_len = out.tokens.shape[1]
+        return point
 
     def rounded(self) -> dict[str, list[list[float]]]:
         """The points for the results file: TPF to 4 decimals, accuracy to 2."""
@@ -154,35 +168,106 @@ def curves(model: Denoiser, ev: EvalSet) -> Curves:
     Fast-dLLM at each confidence threshold (both parallel decoders stop at the first EOS)."""
     g = ev.task.answer_len
     van = decode_vanilla(model, ev.prompt, g, ev.block, mask_id=ev.task.mask_id)
-    res = Curves(vanilla=[(van.tpf, accuracy(van, ev.answer, ev.task))], outputs={"vanilla": van})
+    res = Curves(vanilla=[], outputs={"vanilla": van})
+    res.add("vanilla", van, ev.answer, ev.task)
     for t in ev.thresholds:
         out = decode_multiblock(model, ev.prompt, g, ev.block, t, **ev.stop_at_eos, **ENTROPY_DECODING)
-        res.entropy.append((out.tpf, accuracy(out, ev.answer, ev.task)))
+        res.add("entropy", out, ev.answer, ev.task)
         res.outputs[t] = out
     for t in ev.conf_thresholds:
         out = decode_multiblock(model, ev.prompt, g, ev.block, t, **ev.stop_at_eos, **FAST_DLLM)
-        res.confidence.append((out.tpf, accuracy(out, ev.answer, ev.task)))
+        res.add("confidence", out, ev.answer, ev.task)
     return res
 
 
 def aup_table(teacher: Curves, student: Curves) -> tuple[dict[str, float], float]:
-    """AUP of each model and decoder, and ``y_max``, the best accuracy of any model and decoder. Each parallel
-    decoder's curve includes the model's one-token-per-forward point; points more than 5 below it are left out."""
-    y_max = max(y for res in (teacher, student) for k in CURVE_KINDS for _, y in getattr(res, k))
+    """AUP of each model and decoder, and ``y_max``, the best accuracy of any model and decoder. Both models are
+    scored against one reference accuracy, the teacher's one-token-per-forward accuracy: each parallel decoder's
+    curve includes the model's own one-token-per-forward point, and points more than 5 below the reference are left
+    out."""
+    return _aup_table(teacher.vanilla, teacher.entropy, teacher.confidence, student.vanilla, student.entropy,
+                      student.confidence)
+
+
+def _aup_table(*curves: list[tuple[float, float]]) -> tuple[dict[str, float], float]:
+    """:func:`aup_table` on point lists ``(teacher vanilla, entropy, confidence, student vanilla, entropy,
+    confidence)``."""
+    y_max = max(y for pts in curves for _, y in pts)
+    y_ref = curves[0][0][1]
     out = {}
-    for res, name in ((teacher, "teacher"), (student, "student")):
-        for k in ("entropy", "confidence"):
-            out[f"{name} / {k}"] = aup(*zip(*(res.vanilla + getattr(res, k)), strict=True), y_max, strict=False)
-        out[f"{name} / vanilla"] = aup(*zip(*res.vanilla, strict=True), y_max)
+    for name, (van, ent, conf) in (("teacher", curves[:3]), ("student", curves[3:])):
+        for k, pts in (("entropy", ent), ("confidence", conf)):
+            out[f"{name} / {k}"] = aup(*zip(*(van + pts), strict=True), y_max, strict=False, y_ref=y_ref)
+        out[f"{name} / vanilla"] = aup(*zip(*van, strict=True), y_max, strict=False, y_ref=y_ref)
     return out, y_max
 
 
-def seed_gain(task: ChainTask, recipe: Recipe, seed: int, ev: EvalSet, device: torch.device | str = "cpu") -> float:
-    """Student-minus-teacher AUP (entropy multi-block) of a teacher–student pair trained from ``seed``."""
+@dataclass(frozen=True)
+class Gain:
+    """Student-minus-teacher AUP (entropy multi-block) on the evaluation problems, its ``level`` bootstrap
+    interval ``[lo, hi]`` over those problems, and the resampled gains (``draws``)."""
+
+    point: float
+    lo: float
+    hi: float
+    level: float
+    draws: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
+
+
+def resampled_gains(teacher: Curves, student: Curves, counts: np.ndarray) -> np.ndarray:
+    """Student-minus-teacher AUP (entropy multi-block) with the evaluation problems reweighted: ``counts`` (B, N)
+    holds how often each of the N problems is drawn in each of B resamples. Every point's accuracy and TPF,
+    ``y_max`` and the reference accuracy are recomputed from the resampled problems (a row of ones gives
+    :func:`aup_table`'s numbers)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.shape[1]
+
+    def points(res: Curves, kind: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for correct, nfe in res.samples[kind]:
+            if len(correct) != n:
+                raise ValueError(f"counts cover {n} problems, the curves {len(correct)}")
+            acc = 100.0 * (counts @ correct.double().numpy()) / counts.sum(1)
+            tpf = res.answer_len * counts.sum(1) / (counts @ nfe.double().numpy())
+            out.append((tpf, acc))
+        return out
+
+    curves = [points(res, k) for res in (teacher, student) for k in CURVE_KINDS]
+    gains = np.empty(len(counts))
+    for b in range(len(counts)):
+        table, _ = _aup_table(*([(float(r[b]), float(y[b])) for r, y in pts] for pts in curves))
+        gains[b] = table["student / entropy"] - table["teacher / entropy"]
+    return gains
+
+
+def bootstrap_gain(teacher: Curves, student: Curves, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+                   ) -> Gain:
+    """Student-minus-teacher AUP and its paired percentile bootstrap interval: ``n_boot`` resamples of the
+    evaluation problems (with replacement, the same draws for both models and every decoder setting), drawn from
+    a generator seeded with ``seed``. The interval covers the evaluation sample, not the training randomness."""
+    if n_boot < 1 or not 0 < level < 1:
+        raise ValueError("need n_boot >= 1 and 0 < level < 1")
+    n = len(teacher.samples["vanilla"][0][0])
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_boot)
+    gains = resampled_gains(teacher, student, counts)
+    table, _ = aup_table(teacher, student)
+    lo, hi = np.quantile(gains, [(1 - level) / 2, (1 + level) / 2])
+    return Gain(table["student / entropy"] - table["teacher / entropy"], float(lo), float(hi), level, gains)
+
+
+def train_pair(task: ChainTask, recipe: Recipe, seed: int, ev: EvalSet, device: torch.device | str = "cpu"
+               ) -> tuple[Curves, Curves]:
+    """The curves of a teacher–student pair trained from ``seed`` (:func:`train_teacher`, :func:`distill`)."""
     teacher = train_teacher(task, recipe, seed, device)[0]
     student = distill(teacher, task, recipe, seed, device)[0]
-    table, _ = aup_table(curves(teacher, ev), curves(student, ev))
-    return table["student / entropy"] - table["teacher / entropy"]
+    return curves(teacher, ev), curves(student, ev)
+
+
+def seed_gain(task: ChainTask, recipe: Recipe, seed: int, ev: EvalSet, device: torch.device | str = "cpu",
+              n_boot: int = 2000) -> Gain:
+    """Student-minus-teacher AUP (entropy multi-block) of a teacher–student pair trained from ``seed``, with its
+    bootstrap interval over the evaluation problems."""
+    return bootstrap_gain(*train_pair(task, recipe, seed, ev, device), n_boot=n_boot, seed=seed)
 
 
 def _sync(device: torch.device) -> None:

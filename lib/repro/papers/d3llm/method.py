@@ -32,7 +32,8 @@ softmax(logits / 0.5) on correctly predicted masked tokens] / 4``.
 
 Metric: AUP (accuracy under parallelism, :func:`aup`): with points ``(rho_i, y_i)`` sorted by TPF ``rho`` and
 accuracies ``y`` in percent, ``W(y) = min(exp(-alpha (1 - y / y_max)), 1)`` and only points with
-``y >= y_1 - 5`` kept, ``AUP = rho_1 y_1 + sum_i (rho_i - rho_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})) / 2``.
+``y >= y_1 - 5`` kept (``y_1``: the accuracy at the smallest TPF, or a common reference accuracy),
+``AUP = rho_1 y_1 + sum_i (rho_i - rho_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})) / 2``.
 """
 
 from __future__ import annotations
@@ -66,25 +67,28 @@ def aup_weight(y: float, y_max: float, alpha: float = 3.0) -> float:
 
 
 def aup(rho: Sequence[float], y: Sequence[float], y_max: float, alpha: float = 3.0, y_min_offset: float = 5.0,
-        strict: bool = True) -> float:
+        strict: bool = True, y_ref: float | None = None) -> float:
     """Accuracy under parallelism of the points ``(rho_i, y_i)`` (TPF, accuracy in percent).
 
     ``y_max`` is the best accuracy over *all* methods on the task. Points more than ``y_min_offset`` below the
-    accuracy at the smallest TPF are left out; ``strict=True`` (the public code) instead raises if the point with
-    the largest TPF is such a point.
+    reference accuracy are left out; the reference is the accuracy at the smallest TPF (the public code) or
+    ``y_ref`` when given (to score several models against one bar). ``strict=True`` (the public code) instead
+    raises if the point with the largest TPF is such a point. No point left: 0.
     """
     if len(rho) != len(y) or len(rho) == 0:
         raise ValueError("rho and y must be non-empty and of equal length")
     if any(not r > 0 for r in rho):
         raise ValueError("every TPF rho must be positive")
-    if any(not 0 <= v <= 100 for v in y):
+    if any(not 0 <= v <= 100 for v in y) or (y_ref is not None and not 0 <= y_ref <= 100):
         raise ValueError("accuracies must be percentages in [0, 100]")
     pts = sorted(zip(map(float, rho), map(float, y), strict=True), key=lambda p: p[0])
-    y1 = pts[0][1]
-    if strict and y1 - pts[-1][1] > y_min_offset:
-        raise ValueError(f"accuracy drops by {y1 - pts[-1][1]:.2f} > {y_min_offset} points along the curve")
-    pts = [p for p in pts if p[1] >= y1 - y_min_offset]
-    total = pts[0][0] * pts[0][1]
+    ref = pts[0][1] if y_ref is None else float(y_ref)
+    if strict and ref - pts[-1][1] > y_min_offset:
+        raise ValueError(f"accuracy drops by {ref - pts[-1][1]:.2f} > {y_min_offset} points along the curve")
+    pts = [p for p in pts if p[1] >= ref - y_min_offset]
+    if not pts:
+        return 0.0
+    total = pts[0][0] * pts[0][1]  # the first rectangle, unweighted
     for (r0, y0), (r1, yy) in zip(pts[:-1], pts[1:], strict=True):
         total += 0.5 * (r1 - r0) * (yy * aup_weight(yy, y_max, alpha) + y0 * aup_weight(y0, y_max, alpha))
     return total
@@ -275,7 +279,8 @@ class _Blocks:
         return counts.scatter_add_(1, self.block_of.expand(self.b, -1), m.long())
 
     def early_stop(self) -> None:
-        """Everything after the first decoded EOS becomes EOS; the blocks after it count as finished."""
+        """Everything after the first decoded EOS becomes EOS, whether still masked or already decoded (in every
+        case, including an EOS decoded by the last forward); the blocks after it count as finished."""
         if self.eos_id is None:
             return
         gen = self.x[:, self.p:]
@@ -298,8 +303,8 @@ class _Blocks:
     def prepare(self) -> Tensor:
         """Stop finished rows, apply early stopping, activation and block addition; return the end (answer
         coordinates) of the rightmost active block per row."""
-        counts = self.mask_counts()
-        self.done |= (counts.sum(1) == 0) & (self.created == self.nb)
+        # early stopping first: an EOS decoded by the last forward (together with the last masked positions) must
+        # still turn everything after it into EOS (the public code checks for completion first and keeps them)
         self.early_stop()
         counts = self.mask_counts()
         self.done |= counts.sum(1) == 0

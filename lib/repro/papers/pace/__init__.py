@@ -56,6 +56,7 @@ from .experiment import (
     moving_average,
     order_inversions,
     rate_distortion,
+    scan_bits,
     train_models,
 )
 from .lidar import Scene, make_scans, make_scene, ray_cast, spin_lidar
@@ -79,5 +80,5 @@ __all__ = [
     "decode_level", "decode_quantized", "decode_times", "dequantize", "encode", "encode_detailed", "encode_level",
     "latency_slice", "level_bits", "level_context", "make_corpus", "make_scans", "make_scene", "moving_average",
     "octree_contexts", "order_inversions", "pmf_to_freq", "quantize", "rate_distortion", "ray_cast", "rebuild",
-    "spin_lidar", "stage_prev", "train", "train_models",
+    "scan_bits", "spin_lidar", "stage_prev", "train", "train_models",
 ]

@@ -17,8 +17,9 @@ decode bit-exactly. Each pmf is turned into integer frequencies by PACE's rule `
 (every symbol ≥ 1); the leftover mass goes to the most likely symbol so the table sums to exactly 2^16.
 
 A damaged stream raises :class:`CorruptStream` (a ``ValueError``): wrong magic/version/lengths/CRC, a model that
-does not match the stream's fingerprint, counts beyond the limits or inconsistent with the decoded tree, or ANS
-words left over. Decoding work is bounded by the header's symbol count, itself capped by :data:`MAX_SYMBOLS`.
+does not match the stream's fingerprint (weights, configuration and dtype), counts beyond the limits or
+inconsistent with the decoded tree, or ANS words left over. Decoding work is bounded by the header's symbol
+count, itself capped by :data:`MAX_SYMBOLS`.
 """
 
 from __future__ import annotations
@@ -214,7 +215,8 @@ def decode_quantized(data: bytes, model: Any) -> tuple[np.ndarray, Grid]:
     if head.kind != _kind(model):
         raise CorruptStream(f"stream was coded with a {_kind_name(head.kind)} model, got a {model.kind} model")
     if head.fingerprint != model.fingerprint():
-        raise CorruptStream("stream was coded with different model weights (fingerprint mismatch)")
+        raise CorruptStream("stream was coded with a different model: weights, configuration or dtype "
+                            "(fingerprint mismatch)")
     try:
         coder = constriction.stream.stack.AnsCoder(words)
     except Exception as e:  # constriction rejects e.g. a payload ending in a zero word

@@ -19,7 +19,7 @@ import torch
 
 from . import codec, metrics
 from .lidar import make_scans
-from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, train
+from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, cross_entropy_bits, train
 from .octree import Grid, Octree, build_octree, dequantize, level_context, morton_decode, octree_contexts, quantize
 
 Codecs = Mapping[str, tuple[Any, str]]  # name -> (model, mode)
@@ -213,13 +213,15 @@ def order_inversions(values: Sequence[float]) -> int:
 
 @dataclass
 class LatencySlice:
-    """Autoregressive decoding of the same ``n_nodes`` nodes by several models: per-node microseconds (median of the
-    repeats), all repeats' seconds, and whether every decoding was bit-exact."""
+    """Decoding of the same ``n_nodes`` nodes by several models / modes: per-node microseconds (median of the
+    repeats), all repeats' seconds, the coded size in bits per node (the ANS words of the slice), and whether every
+    decoding was bit-exact."""
 
     n_nodes: int
     us_per_node: dict[str, float]
     seconds: dict[str, list[float]]
     exact: bool
+    bits_per_node: dict[str, float]
 
 
 def latency_slice(tree: Octree, level: int, n_windows: int, window: int, models: Codecs,
@@ -239,7 +241,19 @@ def latency_slice(tree: Octree, level: int, n_windows: int, window: int, models:
             seconds[k].append(time.perf_counter() - t0)
             exact &= bool(np.array_equal(out, sym))
     per_node = {k: 1e6 * float(np.median(v)) / n for k, v in seconds.items()}
-    return LatencySlice(n, per_node, seconds, exact)
+    bits = {k: 32.0 * len(w) / n for k, w in words.items()}
+    return LatencySlice(n, per_node, seconds, exact, bits)
+
+
+def scan_bits(tree: Octree, window: int, models: Mapping[str, tuple[Any, int]]) -> dict[str, float]:
+    """Teacher-forced code length (bits per coded symbol) of each ``(model, k)`` on every coded level of ``tree``:
+    the rate a model's stream would have (the coder reaches it within a fraction of a percent), cheap to compute
+    for a coupled model whose real stream would take minutes to encode."""
+    data = WindowData.from_levels(octree_contexts(tree), window)
+    out = {}
+    for name, (model, k) in models.items():
+        out[name] = cross_entropy_bits(model, data.to(model.device), k)
+    return out
 
 
 def level_bits(rd: RateDistortion, names: Sequence[str], n_scans: int) -> tuple[dict[str, np.ndarray], np.ndarray]:

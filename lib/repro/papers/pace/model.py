@@ -35,6 +35,7 @@ The encoder and decoder call it identically, so both compute bit-identical pmfs.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -256,10 +257,15 @@ class SSMPredictor(nn.Module):
 class _Learned(nn.Module):
     kind = "learned"
     modes: tuple[str, ...] = ()
+    config: dict[str, int]  # the constructor's arguments that shape the computation (part of the fingerprint)
 
     def fingerprint(self) -> bytes:
-        """8 bytes identifying the weights (a stream carries it; decoding with other weights is refused)."""
+        """8 bytes identifying the model: its kind, configuration (``self.config``: widths, heads, window, ...),
+        parameter dtype and weights. A stream carries it; decoding with a model that differs in any of them (the
+        same weights in another window or head count computes other pmfs) is refused by the header."""
         h = hashlib.sha256(self.kind.encode())
+        h.update(json.dumps(self.config, sort_keys=True).encode())
+        h.update(str(self.dtype).encode())
         for name, t in sorted(self.state_dict().items()):
             h.update(name.encode())
             h.update(t.detach().cpu().to(torch.float64).contiguous().numpy().tobytes())
@@ -382,7 +388,7 @@ class AncestorMLP(_Learned):
     def __init__(self, d: int = 64, hidden: int = 128, window: int = 256):
         super().__init__()
         self.window = window
-        self.config = dict(d=d, hidden=hidden)
+        self.config = dict(d=d, hidden=hidden, window=window)
         self.embed = ContextEmbedding(d)
         self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
                                  nn.Linear(hidden, N_SYMBOLS))

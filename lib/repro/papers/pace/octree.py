@@ -3,7 +3,8 @@
 Paper 09 (PACE, Zhu et al., ICML 2026), Sec. 3 (octree context). Notebook: ``notebooks/09-pace-lidar.ipynb``.
 
 * Quantise: a fixed cube (``Grid``: origin, side, depth ``L``) is split into ``2^L`` cells per axis; a point maps to
-  the integer cell ``q = floor((p − origin) / step)`` with ``step = side / 2^L``. Dequantising returns cell centres.
+  the integer cell ``q = floor((p − origin) / step)`` with ``step = side / 2^L`` (a point of ``[origin, origin + side)``
+  that rounds up to ``2^L`` gets the last cell; points outside the cube raise). Dequantising returns cell centres.
   Because the cube is fixed, level ``d`` of a depth-``L`` tree is the same spatial partition for every ``L``.
 * Morton order: ``code = Σ_b x_b·2^(3b+2) + y_b·2^(3b+1) + z_b·2^(3b)``; the unique codes are sorted. A level-``d``
   node is ``code >> 3(L − d)``; the nodes of a level are in Morton order, which is breadth-first order with
@@ -101,16 +102,19 @@ class Grid:
 
 
 def quantize(points: np.ndarray, grid: Grid) -> np.ndarray:
-    """Integer cell of every point, (N, 3) int64 (duplicates kept). Points outside the cube raise."""
+    """Integer cell of every point, (N, 3) int64 (duplicates kept). Points outside the cube
+    ``[origin, origin + size)`` raise; a point inside it but within rounding of the upper face gets the last cell."""
     p = np.asarray(points, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] != 3:
         raise ValueError(f"points must have shape (N, 3), got {p.shape}")
     if not np.isfinite(p).all():
         raise ValueError("points contain NaN or inf")
-    q = np.floor((p - np.asarray(grid.origin)) / grid.step).astype(np.int64)
-    if len(q) and (q.min() < 0 or q.max() >= 2**grid.depth):
-        raise ValueError("points lie outside the quantisation cube; enlarge Grid.size")
-    return q
+    lo = np.asarray(grid.origin, dtype=np.float64)
+    if len(p) and ((p < lo) | (p >= lo + grid.size)).any():
+        raise ValueError("points lie outside the quantisation cube [origin, origin + size); enlarge Grid.size")
+    # a point just below the upper face can round up to cell 2^L in the division: it belongs to the last cell
+    q = np.floor((p - lo) / grid.step).astype(np.int64)
+    return np.minimum(q, 2**grid.depth - 1)
 
 
 def dequantize(q: np.ndarray, grid: Grid) -> np.ndarray:
