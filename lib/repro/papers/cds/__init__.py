@@ -1,0 +1,72 @@
+"""Curvilinear Demonstration Selection (CDS) and a toy many-shot chain-of-thought in-context learner.
+
+Paper: Tsz Ting Chung, Lemao Liu, Mo Yu, Dit-Yan Yeung, "Many-Shot CoT-ICL: Making In-Context Learning Truly Learn",
+ICML 2026 (Findings), arXiv 2605.13511. Notebook: ``notebooks/02-many-shot-cot-icl.ipynb``.
+Public code checked against: ``github.com/TTChungC/Manyshot-CoT-ICL`` (``cot_icl/cds/tsp.py``: the cost matrix,
+nearest-neighbour tours, 2-opt, cycle breaking and the score; reimplemented, not copied).
+
+CDS *orders* a fixed set of demonstrations (it does not select a subset): a closed tour through the demos' embeddings
+under an asymmetric cost mixing Euclidean distance and the turning angle towards the "anticipated next step", cut at
+its most expensive edge, best of 10 deterministic starts by the path's smoothness ``1/(1 + mean turning angle)``.
+
+Deliberate deviations:
+
+* the published ``get_optimal_order`` passes ``strategy=`` to a function whose keyword is ``strat`` (a TypeError);
+  the strategy is honoured here;
+* 2-opt compares the cost change of a reversal (prefix sums) with ``-1e-12`` instead of recomputing the whole tour
+  and comparing the totals with ``<``; the tours equal the literal loop's on the tests' instances;
+* zero-length steps (duplicate demos, frequent in the toy task) give a turning angle of 0 in the cost matrix and
+  are left out of the score, as the repo's ``continue`` does;
+* embeddings: all-MiniLM-L6-v2 (offline wheel) instead of bge-m3; demos are generated worked word problems
+  (:mod:`.problems`) instead of MATH subtasks; the toy learner (Part B) is an analogue of an LLM, not the paper's
+  setting.
+
+Layout: :mod:`.method` (CDS), :mod:`.problems` (demo pool, embeddings, toy task), :mod:`.experiment` (harness).
+"""
+
+from .experiment import (
+    BruteForceCheck,
+    OrderStudy,
+    PoolStats,
+    accuracy_vs_shots,
+    bayes_cot_accuracy,
+    brute_force_check,
+    brute_force_tour,
+    demo_states,
+    draw_pools,
+    mean_turning_degrees,
+    order_study,
+    pca2,
+    pool_statistics,
+    template_switches,
+    toy_model,
+    train_toy,
+)
+from .method import (
+    break_cycle,
+    cds_cost_matrix,
+    cds_order,
+    curvature_score,
+    nearest_neighbor_tour,
+    tour_cost,
+    turning_angles,
+    two_opt,
+)
+from .problems import (
+    TEMPLATES,
+    ProblemPool,
+    ToyFormat,
+    affine_tasks,
+    demo_tokens,
+    embed_texts,
+    gaussian_pools,
+    word_problems,
+)
+
+__all__ = [
+    "TEMPLATES", "BruteForceCheck", "OrderStudy", "PoolStats", "ProblemPool", "ToyFormat", "accuracy_vs_shots",
+    "affine_tasks", "bayes_cot_accuracy", "break_cycle", "brute_force_check", "brute_force_tour", "cds_cost_matrix",
+    "cds_order", "curvature_score", "demo_states", "demo_tokens", "draw_pools", "embed_texts", "gaussian_pools",
+    "mean_turning_degrees", "nearest_neighbor_tour", "order_study", "pca2", "pool_statistics", "template_switches",
+    "toy_model", "tour_cost", "train_toy", "turning_angles", "two_opt", "word_problems",
+]
