@@ -1,0 +1,243 @@
+"""Closed-form parameter editors (ROME, MEMIT, AlphaEdit), v* optimisation, relative change rates R_k and a
+retrieval editor (the SCR analogue) for paper 06.
+
+Conventions: a linear layer ``y = W k + b`` with ``W`` of shape ``(d_out, d_in)`` (torch's ``nn.Linear.weight``);
+keys are the rows of ``K`` (``(n, d_in)``) and targets the rows of ``V`` (``(n, d_out)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+Tensor = torch.Tensor
+
+
+def _check(name: str, x: Tensor, ndim: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or inf")
+
+
+def key_covariance(keys: Tensor, lam: float = 0.0) -> Tensor:
+    """ROME's key statistics ``C = E[k kᵀ] + λ I`` (uncentred second moment) from keys ``(n, d)``."""
+    _check("keys", keys, 2)
+    if lam < 0:
+        raise ValueError(f"lam must be >= 0, got {lam}")
+    c = keys.T @ keys / keys.shape[0]
+    return c + lam * torch.eye(c.shape[0], dtype=c.dtype, device=c.device)
+
+
+def rome_update(W: Tensor, k_star: Tensor, v_star: Tensor, C_inv: Tensor) -> Tensor:
+    """ROME's rank-one update (Meng et al. 2022, eq. 2): ``ΔW = (v* − W k*) (C⁻¹k*)ᵀ / ((C⁻¹k*)ᵀ k*)``.
+
+    Then ``(W + ΔW) k* = v*`` exactly and ``ΔW k = 0`` for every key with ``kᵀ C⁻¹ k* = 0``.
+    """
+    _check("W", W, 2)
+    _check("k_star", k_star, 1)
+    _check("v_star", v_star, 1)
+    _check("C_inv", C_inv, 2)
+    if k_star.shape[0] != W.shape[1] or v_star.shape[0] != W.shape[0] or C_inv.shape != (W.shape[1],) * 2:
+        raise ValueError(f"shapes do not fit: W {tuple(W.shape)}, k* {tuple(k_star.shape)}, "
+                         f"v* {tuple(v_star.shape)}, C⁻¹ {tuple(C_inv.shape)}")
+    u = C_inv @ k_star  # the update's row direction C⁻¹k*
+    denom = u @ k_star
+    if not denom > 0:
+        raise ValueError("k*ᵀ C⁻¹ k* must be positive (C⁻¹ not positive definite on k*)")
+    residual = v_star - W @ k_star  # what the layer must add at k*
+    return torch.outer(residual, u) / denom
+
+
+def memit_update(W: Tensor, K: Tensor, V: Tensor, C: Tensor) -> Tensor:
+    """MEMIT's batch update for one layer (Meng et al. 2023, eq. 14): ``Δ = R Kᵀ (C + K Kᵀ)⁻¹`` with
+    ``R = V − W K`` (keys as columns there; rows here). It minimises ``‖Δ K − R‖² + tr(Δ C Δᵀ)``, a ridge
+    regression whose prior is the preserved keys' (unnormalised) second moment ``C``."""
+    _check("W", W, 2)
+    _check("K", K, 2)
+    _check("V", V, 2)
+    _check("C", C, 2)
+    if K.shape[0] != V.shape[0] or K.shape[1] != W.shape[1] or V.shape[1] != W.shape[0]:
+        raise ValueError(f"shapes do not fit: W {tuple(W.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}")
+    R = V - K @ W.T  # residuals, (n, d_out)
+    A = C + K.T @ K  # (d_in, d_in), symmetric positive definite
+    return torch.linalg.solve(A, K.T @ R).T  # Δ = Rᵀ K A⁻¹ (A symmetric)
+
+
+def alphaedit_projector(K0: Tensor, tol: float = 1e-3) -> Tensor:
+    """AlphaEdit's null-space projector (Fang et al. 2025, eq. 7): eigenvectors ``Û`` of ``K0ᵀ K0`` whose
+    eigenvalue is below ``tol × (largest eigenvalue)``, ``P = Û Ûᵀ``; then ``P k ≈ 0`` for every preserved key."""
+    _check("K0", K0, 2)
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must lie in (0, 1), got {tol}")
+    evals, evecs = torch.linalg.eigh(K0.T @ K0)
+    keep = evecs[:, evals < tol * evals.max()]
+    return keep @ keep.T
+
+
+def alphaedit_update(W: Tensor, K: Tensor, V: Tensor, P: Tensor, K_prev: Tensor | None = None) -> Tensor:
+    """AlphaEdit's projected update (Fang et al. 2025, eq. 11): ``Δ = R Kᵀ P (K_p K_pᵀ P + K Kᵀ P + I)⁻¹``, applied
+    as ``Δ P`` so that preserved keys (``P k0 = 0``) keep their outputs. ``K_prev``: keys of earlier edits."""
+    _check("P", P, 2)
+    d = W.shape[1]
+    prev = torch.zeros(d, d, dtype=W.dtype, device=W.device) if K_prev is None else K_prev.T @ K_prev
+    _check("W", W, 2)
+    _check("K", K, 2)
+    R = V - K @ W.T
+    A = prev @ P + K.T @ K @ P + torch.eye(d, dtype=W.dtype, device=W.device)
+    delta = torch.linalg.solve(A.T, (R.T @ K @ P).T).T  # Δ = Rᵀ K P A⁻¹
+    return delta @ P
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# keys and v* of a model
+
+
+def mean_key(model: nn.Module, module: nn.Linear, tokens: Tensor, positions: Tensor) -> Tensor:
+    """k*: the mean input of ``module`` at ``positions`` (one per row of ``tokens``), as in ROME (mean over
+    prompts that end in the subject)."""
+    got: list[Tensor] = []
+    handle = module.register_forward_hook(lambda m, inp, out: got.append(inp[0].detach()))
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        handle.remove()
+    rows = torch.arange(tokens.shape[0], device=tokens.device)
+    return got[0][rows, positions].mean(0)
+
+
+def optimize_v_star(model: nn.Module, module: nn.Linear, prompts: Sequence[tuple[Tensor, Tensor, Tensor]],
+                    target: int, *, kl_prompts: Sequence[tuple[Tensor, Tensor, Tensor]] = (), steps: int = 50,
+                    lr: float = 0.5, kl_weight: float = 1.0, l2: float = 1e-3,
+                    stop_below: float | None = 5e-2) -> Tensor:
+    """ROME's v* (Meng et al. 2022, eq. 4): a vector δ added to ``module``'s output at the subject position,
+    optimised (Adam) to make ``target`` the prediction at the answer position of every prompt, with a KL term
+    keeping the predictions of other prompts about the same subject and a penalty ``l2‖δ‖²``. As in ROME's public
+    code (``compute_v``), the loop stops before a step once the loss is below ``stop_below`` (``None``: never).
+
+    ``prompts`` / ``kl_prompts``: groups ``(tokens (B, L), subject positions (B,), answer positions (B,))`` (one
+    group per prompt length). Returns δ; the caller forms ``v* = W k* + δ``.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not prompts:
+        raise ValueError("optimize_v_star needs at least one prompt group")
+    p = next(model.parameters())
+    delta = torch.zeros(module.out_features, dtype=p.dtype, device=p.device, requires_grad=True)
+    state: dict[str, Tensor] = {}
+
+    def hook(m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
+        add = torch.zeros_like(out)
+        add[torch.arange(out.shape[0], device=out.device), state["pos"]] = delta  # δ at each subject token
+        return out + add
+
+    def logp(tokens: Tensor, ans: Tensor) -> Tensor:
+        return torch.log_softmax(model(tokens)[torch.arange(tokens.shape[0], device=tokens.device), ans], -1)
+
+    with torch.no_grad():
+        refs = [logp(tok, ans) for tok, _, ans in kl_prompts]
+    handle = module.register_forward_hook(hook)
+    opt = torch.optim.Adam([delta], lr=lr)
+    try:
+        for _ in range(steps):
+            loss = l2 * (delta @ delta)
+            for tok, subj, ans in prompts:  # NLL of the new object, averaged over the groups
+                state["pos"] = subj
+                loss = loss - logp(tok, ans)[:, target].mean() / len(prompts)
+            for (tok, subj, ans), ref in zip(kl_prompts, refs, strict=True):  # KL(before || after)
+                state["pos"] = subj
+                loss = loss + kl_weight * torch.sum(ref.exp() * (ref - logp(tok, ans)), -1).mean()
+            if stop_below is not None and loss.item() < stop_below:
+                break
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        handle.remove()
+    return delta.detach()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dimensional collapse
+
+
+def relative_change_rates(H_before: Tensor, dH: Tensor) -> tuple[Tensor, Tensor]:
+    """Singular values ``σ_k`` of the hidden states ``H`` (``(n, d)``, uncentred SVD ``H = U S Vᵀ``) and the paper's
+    relative change rates ``R_k = ‖dH v_k‖ / σ_k = √n · rms(dH v_k) / σ_k`` (the perturbation's RMS along the
+    principal direction ``v_k`` over that direction's own RMS ``σ_k/√n``). Both sorted by decreasing σ."""
+    _check("H_before", H_before, 2)
+    _check("dH", dH, 2)
+    if dH.shape != H_before.shape:
+        raise ValueError(f"dH {tuple(dH.shape)} must have H's shape {tuple(H_before.shape)}")
+    H, D = H_before.double(), dH.double()
+    _, S, Vh = torch.linalg.svd(H, full_matrices=False)
+    if not S[-1] > 0:
+        raise ValueError("H is rank deficient: some σ_k = 0, R_k undefined")
+    return S, torch.linalg.vector_norm(D @ Vh.T, dim=0) / S
+
+
+def effective_rank(S: Tensor) -> float:
+    """Entropy effective rank (Roy & Vetterli 2007): ``exp(−Σ p_k log p_k)``, ``p_k = σ_k / Σ σ``."""
+    _check("S", S, 1)
+    if (S < 0).any() or not S.sum() > 0:
+        raise ValueError("singular values must be >= 0 and not all zero")
+    p = S.double() / S.double().sum()
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# retrieval (the SCR analogue)
+
+
+class RetrievalEditor:
+    """Selective contextual reasoning without weight changes (He, Song, Sun 2025): edited facts are stored as text;
+    a query retrieves the most similar stored fact by cosine similarity of ``embed_fn`` embeddings, and the
+    confirmation step (an LLM judge in SCR) is a similarity threshold. A confirmed fact is prepended as context.
+    ``embed_fn(list[str]) -> (n, dim)`` tensor (e.g. ``repro.common.assets.load_minilm()``)."""
+
+    def __init__(self, embed_fn: Callable[[Sequence[str]], Tensor], threshold: float):
+        if not -1.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
+        self.embed_fn, self.threshold = embed_fn, float(threshold)
+        self.facts: list[str] = []
+        self._emb: Tensor | None = None
+        self._seen: dict[str, Tensor] = {}  # query embeddings, computed once
+
+    def _embed(self, texts: Sequence[str]) -> Tensor:
+        e = self.embed_fn(list(texts)).double()
+        return e / torch.linalg.vector_norm(e, dim=-1, keepdim=True).clamp_min(1e-12)
+
+    def add(self, fact: str) -> None:
+        """Store one edited fact (text)."""
+        if not isinstance(fact, str) or not fact.strip():
+            raise ValueError("a fact must be a non-empty string")
+        e = self._embed([fact])
+        self._emb = e if self._emb is None else torch.cat([self._emb, e])
+        self.facts.append(fact)
+
+    def retrieve(self, queries: Sequence[str]) -> list[str | None]:
+        """The confirmed fact of each query (``None`` below the threshold or with an empty store)."""
+        if isinstance(queries, str):
+            raise TypeError("retrieve() takes a sequence of strings")
+        if self._emb is None:
+            return [None] * len(queries)
+        new = sorted({q for q in queries if q not in self._seen})
+        if new:
+            self._seen.update(zip(new, self._embed(new), strict=True))
+        sim = torch.stack([self._seen[q] for q in queries]) @ self._emb.T
+        best, idx = sim.max(dim=1)
+        return [self.facts[i] if s >= self.threshold else None for s, i in zip(best.tolist(), idx.tolist(),
+                                                                                  strict=True)]
+
+    def contextualize(self, query: str) -> str:
+        """``"fact ; query"`` when a stored fact passes the gate, else the query unchanged."""
+        fact = self.retrieve([query])[0]
+        return query if fact is None else f"{fact} ; {query}"
