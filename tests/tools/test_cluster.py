@@ -300,7 +300,19 @@ def test_ctrl_c_leaves_finished_notebooks_written_and_the_manifest_valid(tmp_pat
     pids = json.loads(marker.read_text())
     start = time.time()
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say what was still running, then leave nothing behind
+        states = []
+        with contextlib.suppress(psutil.Error):
+            runner = psutil.Process(proc.pid)
+            for q in [runner, *runner.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    states.append((q.pid, q.status(), " ".join(q.cmdline())[:120]))
+        for pid in (proc.pid, pids["papermill"], pids["kernel"]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+        pytest.fail(f"the runner did not stop within 60 s of SIGINT; still running: {states}")
     assert proc.returncode == 130, err
     assert time.time() - start < 30
     assert "interrupted: the notebooks that finished are written" in err
