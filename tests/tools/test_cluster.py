@@ -283,12 +283,14 @@ def test_ctrl_c_leaves_finished_notebooks_written_and_the_manifest_valid(tmp_pat
     (root / "results" / "02-slow.json").write_text(old_result)
     (root / "results" / "manifest.json").write_text(json.dumps({"notebooks": {"02-slow": {"status": "ok"}}}))
     slow_before = slow.read_text()
-    # A terminal's runner has SIGINT at its default; a test session started in the background by a shell
-    # (`... &`) inherits it ignored, and Python then installs no KeyboardInterrupt handler: restore the default.
-    proc = subprocess.Popen([sys.executable, "-m", "repro", "--root", str(root), "run", "--no-progress",
-                             "--jobs", jobs], start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # A terminal's runner has Python's SIGINT handler; a test session started in the background by a shell may
+    # hand SIGINT down ignored, so the child installs the handler itself (not a preexec_fn: a fork that runs
+    # Python code in a multithreaded process, JAX's after test_tsmcts, can deadlock).
+    argv = ["repro", "--root", str(root), "run", "--no-progress", "--jobs", jobs]
+    shim = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            f"sys.argv = {argv!r}; runpy.run_module('repro', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", shim], start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if marker.exists() and "01-quick" in manifest(root):
