@@ -14,27 +14,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixture_notebooks import make_notebook
 
 from repro.tools import batch, provenance
 
-PARAMS = 'MODE = "quick"\nSEED = 0\nDEVICE = "auto"'
 FINISH = (
     "from repro.report import Claim, finish\n"
     "finish('{stem}', mode=MODE, seed=SEED, claims=[Claim('C1', 'x', paper=1, measured=1, lo=0, hi=2),\n"
     "       Claim('C2', 'y', paper=1, measured=5, hi=2, asserted=False)])"
 )
-
-
-def make_notebook(root: Path, stem: str, *body: str) -> Path:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(PARAMS)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, *(nbformat.v4.new_code_cell(b.replace("{stem}", stem)) for b in body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    path = root / "notebooks" / f"{stem}.ipynb"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-    return path
 
 
 @pytest.fixture

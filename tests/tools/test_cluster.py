@@ -25,10 +25,10 @@ import nbformat
 import psutil
 import pytest
 from distributed import Client, LocalCluster
+from fixture_notebooks import make_notebook
 
 from repro.tools import batch, cli, cluster, provenance
 
-PARAMS = 'MODE = "quick"\nSEED = 0\nDEVICE = "auto"'
 FIGURE = ("from repro.tools import paths, registry\nfig = paths.figure_file('{stem}', 'dots')\n"
           "fig.parent.mkdir(parents=True, exist_ok=True)\nfig.write_bytes(bytes(range(256)))\n"
           "PACKAGES = registry.find('{stem}').packages  # as runtime.setup finds them")
@@ -52,18 +52,6 @@ def scratch_in_tmp_path(tmp_path, monkeypatch):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
-
-
-def make_notebook(root: Path, stem: str, *body: str) -> Path:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(PARAMS)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, *(nbformat.v4.new_code_cell(b.replace("{stem}", stem)) for b in body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    path = root / "notebooks" / f"{stem}.ipynb"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-    return path
 
 
 def registry(root: Path, papers: dict[str, str]) -> None:
