@@ -103,6 +103,13 @@ def test_table_is_rounded_text():
     assert row == "| C1: a\\|b | paper | -0.5 | -0.5041 | [-0.6, -0.4] | yes | **Re** |  |"
 
 
+def test_an_infinite_measurement_is_refused_and_formatting_never_crashes():
+    with pytest.raises(ValueError, match="C9: measured is inf"):
+        Claim("C9", "ratio", paper=1.08, measured=float("inf"), lo=0.9)
+    assert report.fmt(float("-inf")) == "-inf" and report.fmt(float("nan")) == "n/a"
+    assert Claim("C9", "ratio", paper=1.08, measured=float("nan"), lo=0.9).verdict == "not Re"
+
+
 def test_checks_pass_or_fail_and_are_counted_apart():
     ok = Claim("K1", "matches the public code", paper="pogo-torch 1.0.2", measured=1e-14, hi=1e-12, kind="check")
     bad = Claim("K2", "round trip", paper="exact", measured=1.0, hi=0.0, kind="check", asserted=False)

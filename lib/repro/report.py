@@ -71,6 +71,9 @@ class Claim:
         if self.lo is None and self.hi is None:
             raise ValueError(f"claim {self.id}: give at least one of lo / hi")
         self.measured = float(self.measured)
+        if math.isinf(self.measured):
+            raise ValueError(f"claim {self.id}: measured is {self.measured} (a ratio over zero?); "
+                             "report NaN for a value that could not be measured")
         if not self.tolerance:
             self.tolerance = _interval_text(self.lo, self.hi)
         ok = not math.isnan(self.measured)
@@ -97,6 +100,8 @@ def fmt(x: Any) -> str:
         return x
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
+    if not math.isfinite(float(x)):
+        return str(float(x))
     if float(x) == int(x) and abs(x) < 1e6:
         return str(int(x))
     return f"{float(x):.4g}"

@@ -25,6 +25,8 @@ Layout: :mod:`.method` (editors, v*, R_k, effective rank, retrieval editor), :mo
 :mod:`.experiment` (the notebook's harness).
 """
 
+from repro.common.numerics import loglog_slope
+
 from .experiment import (
     EDITORS,
     Suite,
@@ -32,18 +34,20 @@ from .experiment import (
     block_outputs,
     compare_editors,
     edit_target,
+    edit_targets,
     evaluate,
     key_statistics,
-    loglog_slope,
     make_suite,
     mlp_keys,
     rk_summary,
     run_parametric,
     run_retrieval,
+    single_edit_reliability,
     train_toy,
 )
 from .method import (
     RetrievalEditor,
+    VStarProblem,
     alphaedit_projector,
     alphaedit_update,
     effective_rank,
@@ -51,14 +55,16 @@ from .method import (
     mean_key,
     memit_update,
     optimize_v_star,
+    optimize_v_stars,
     relative_change_rates,
     rome_update,
 )
 from .problems import World, make_world, render
 
 __all__ = [
-    "EDITORS", "RetrievalEditor", "Suite", "Trace", "World", "alphaedit_projector", "alphaedit_update",
-    "block_outputs", "compare_editors", "edit_target", "effective_rank", "evaluate", "key_covariance", "key_statistics",
-    "loglog_slope", "make_suite", "make_world", "mean_key", "memit_update", "mlp_keys", "optimize_v_star",
-    "relative_change_rates", "render", "rk_summary", "rome_update", "run_parametric", "run_retrieval", "train_toy",
+    "EDITORS", "RetrievalEditor", "Suite", "Trace", "VStarProblem", "World", "alphaedit_projector",
+    "alphaedit_update", "block_outputs", "compare_editors", "edit_target", "edit_targets", "effective_rank",
+    "evaluate", "key_covariance", "key_statistics", "loglog_slope", "make_suite", "make_world", "mean_key",
+    "memit_update", "mlp_keys", "optimize_v_star", "optimize_v_stars", "relative_change_rates", "render",
+    "rk_summary", "rome_update", "run_parametric", "run_retrieval", "single_edit_reliability", "train_toy",
 ]

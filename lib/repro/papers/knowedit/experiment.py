@@ -17,12 +17,13 @@ from repro.common.train import cosine_schedule, fit
 from . import problems as P
 from .method import (
     RetrievalEditor,
+    VStarProblem,
     alphaedit_projector,
     alphaedit_update,
     key_covariance,
     mean_key,
     memit_update,
-    optimize_v_star,
+    optimize_v_stars,
     relative_change_rates,
     rome_update,
 )
@@ -46,6 +47,8 @@ def train_toy(world: P.World, steps: int, rng: np.random.Generator, *, d_model: 
 
     def step_loss(i: int) -> Tensor:
         tok, mask = P.training_batch(world, batch, mix, rng, device)
+        width = int((tok != world.sp("PAD")).sum(1).max())  # right padding: the causal model never reads it
+        tok, mask = tok[:, :width], mask[:, :width]
         logits = model(tok[:, :-1])
         tgt = tok[:, 1:]
         return torch.nn.functional.cross_entropy(logits[mask[:, :-1]], tgt[mask[:, :-1]])
@@ -179,21 +182,32 @@ def edit_target(model: Transformer, world: P.World, layer: int, s: int, r: int, 
     v* is optimised on the plain prompt and 4 irrelevant-context prompts; k* is the subject's key in the plain
     prompt (``key="plain"``, the evaluated form) or the mean over all five (``key="mean"``, ROME's choice; in this
     toy the subject's key depends strongly on its position, so the mean misses the plain prompt's key)."""
-    dev = next(model.parameters()).device
-    plain, ctx, p_pos, c_pos = edit_prompts(world, s, r, rng, device=dev)
-    mod = model.blocks[layer].mlp[2]
-    k = mean_key(model, mod, plain, p_pos)
-    if key == "mean":
-        k = (k + 4 * mean_key(model, mod, ctx, c_pos)) / 5
-    elif key != "plain":
+    K, V = edit_targets(model, world, layer, np.array([[s, r, o]]), rng, v_steps=v_steps, v_lr=v_lr, key=key)
+    return K[0], V[0]
+
+
+def edit_targets(model: Transformer, world: P.World, layer: int, edits: np.ndarray, rng: np.random.Generator,
+                 v_steps: int = 50, v_lr: float = 0.5, key: str = "plain") -> tuple[Tensor, Tensor]:
+    """Keys ``K`` and targets ``V`` (rows) of the edits ``(s, r, o)`` of :func:`edit_target`, every v* computed
+    from the current model in one batched optimisation (:func:`~.method.optimize_v_stars`)."""
+    if key not in ("plain", "mean"):
         raise ValueError(f"key must be 'plain' or 'mean', got {key!r}")
-    kl = torch.as_tensor(P.fact_seqs(world, np.array([s]), np.array([1 - r]), np.array([0]))[0][:, :5], device=dev)
+    dev = next(model.parameters()).device
+    mod = model.blocks[layer].mlp[2]
     four = torch.tensor([4], device=dev)
-    delta = optimize_v_star(model, mod, [(plain, p_pos, four), (ctx, c_pos, torch.full_like(c_pos, 9))],
-                            int(world.obj(o)), kl_prompts=[(kl, p_pos, four)], steps=v_steps, lr=v_lr)
+    keys, problems = [], []
+    for s, r, o in np.asarray(edits, dtype=int).reshape(-1, 3):
+        plain, ctx, p_pos, c_pos = edit_prompts(world, s, r, rng, device=dev)
+        k = mean_key(model, mod, plain, p_pos)
+        keys.append((k + 4 * mean_key(model, mod, ctx, c_pos)) / 5 if key == "mean" else k)
+        kl = torch.as_tensor(P.fact_seqs(world, np.array([s]), np.array([1 - r]), np.array([0]))[0][:, :5],
+                             device=dev)
+        problems.append(VStarProblem([(plain, p_pos, four), (ctx, c_pos, torch.full_like(c_pos, 9))],
+                                     int(world.obj(o)), [(kl, p_pos, four)]))
+    delta = optimize_v_stars(model, mod, problems, steps=v_steps, lr=v_lr)
+    K = torch.stack(keys)
     with torch.no_grad():
-        v = mod.weight @ k + delta
-    return k, v
+        return K, K @ mod.weight.T + delta
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,6 +223,7 @@ class Trace:
     metrics: list[dict[str, float]]
     sigma: list[np.ndarray] = field(default_factory=list)  # per T >= 1, per block: σ_k
     R: list[list[np.ndarray]] = field(default_factory=list)  # per T >= 1, per block: R_k
+    single: float = float("nan")  # mean reliability of the edits each applied alone (the paper's single setting)
 
     def series(self, key: str) -> np.ndarray:
         return np.array([m[key] for m in self.metrics])
@@ -235,18 +250,11 @@ def run_parametric(model: Transformer, suite: Suite, editor: str, layer: int, ch
     for T in checkpoints:
         while done < T:
             stop = done + 1 if editor == "rome" else T
-            kv = [edit_target(m, suite.world, layer, *map(int, suite.edits[i]), rng, v_steps=v_steps)
-                  for i in range(done, stop)]
-            K, V = torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])
-            W = mod.weight.data
-            if editor == "rome":
-                dW = rome_update(W, K[0], V[0], C_inv)
-            elif editor == "memit":
-                dW = memit_update(W.double(), K.double(), V.double(), memit_weight * C.double()).to(W.dtype)
-            else:
-                dW = alphaedit_update(W, K, V, Pj, K_prev)
+            K, V = edit_targets(m, suite.world, layer, suite.edits[done:stop], rng, v_steps=v_steps)
+            mod.weight.data += _update(editor, mod.weight.data, K, V, C=C, C_inv=C_inv, proj=Pj, K_prev=K_prev,
+                                       memit_weight=memit_weight)
+            if editor == "alphaedit":
                 K_prev = K if K_prev is None else torch.cat([K_prev, K])
-            mod.weight.data += dW
             done = stop
         trace.Ts.append(T)
         trace.metrics.append(evaluate(m, suite, T))
@@ -255,6 +263,52 @@ def run_parametric(model: Transformer, suite: Suite, editor: str, layer: int, ch
         trace.sigma.append([s.cpu().numpy() for s, _ in sr])
         trace.R.append([r.cpu().numpy() for _, r in sr])
     return trace
+
+
+def _update(editor: str, W: Tensor, K: Tensor, V: Tensor, *, C: Tensor | None, C_inv: Tensor | None,
+            proj: Tensor | None, K_prev: Tensor | None, memit_weight: float) -> Tensor:
+    """ΔW of one editor for the keys ``K`` and targets ``V`` (rows)."""
+    if editor == "rome":
+        return rome_update(W, K[0], V[0], C_inv)
+    if editor == "memit":
+        return memit_update(W.double(), K.double(), V.double(), memit_weight * C.double()).to(W.dtype)
+    return alphaedit_update(W, K, V, proj, K_prev)
+
+
+def single_edit_reliability(model: Transformer, suite: Suite, embed_fn, layer: int, rng: np.random.Generator, *,
+                            C: Tensor, K0: Tensor, threshold: float, alpha_tol: float = 1e-3,
+                            memit_weight: float = 1.0, v_steps: int = 50) -> dict[str, float]:
+    """The paper's *single* setting: each of the suite's edits applied alone to the unedited model, reliability
+    averaged over the edits, per editor (ROME / MEMIT / AlphaEdit with the statistics of ``run_parametric``;
+    retrieval with that one fact in its store). All v* come from the unedited model in one batch."""
+    import copy
+
+    w = suite.world
+    m = copy.deepcopy(model).eval()
+    mod = m.blocks[layer].mlp[2]
+    K, V = edit_targets(m, w, layer, suite.edits, rng, v_steps=v_steps)
+    W0 = mod.weight.data.clone()
+    stats = dict(C=C, C_inv=torch.linalg.pinv(C).to(W0.dtype), proj=alphaedit_projector(K0, alpha_tol).to(W0.dtype),
+                 K_prev=None, memit_weight=memit_weight)
+    facts = [_fact_tensor(w, *(np.array([x]) for x in e), W0.device) for e in suite.edits]
+    out: dict[str, float] = {}
+    try:
+        for editor in ("rome", "memit", "alphaedit"):
+            hits = []
+            for i, seqs in enumerate(facts):
+                mod.weight.data = W0 + _update(editor, W0, K[i:i + 1], V[i:i + 1], **stats)
+                hits.append(_answers(m, seqs, 5))
+            out[editor] = float(np.mean(hits))
+    finally:
+        mod.weight.data = W0
+    hits = []
+    for (s, r, o), seqs in zip(suite.edits, facts, strict=True):
+        text = P.render(w, [w.subj(s), w.rel(r), w.obj(o)])
+        store = RetrievalEditor(embed_fn, threshold)
+        store.add(text)
+        hits.append(_gated(model, w, store, {text: (int(s), int(r), int(o))}, seqs, 5)[0])
+    out["retrieval"] = float(np.mean(hits))
+    return out
 
 
 @torch.no_grad()
@@ -320,17 +374,13 @@ def rk_summary(sigma: np.ndarray, R: np.ndarray, top: float = 0.1) -> dict[str, 
             "chance": k_low / n, "max": float(R.max()), "median": float(np.median(R))}
 
 
-def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of log y against log x."""
-    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
-
-
 def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, checkpoints: list[int],
                     short_checkpoints: list[int], threshold: float, alpha_tol: float, memit_weight: float,
                     v_steps: int, cov_batches: int, rng: np.random.Generator) -> dict[str, Trace]:
     """Every editor of the notebook on one trained model: ROME with C from facts and contexts ("rome"), the same
     with C from the full training mix ("rome_call", the control), MEMIT and AlphaEdit (their statistics from
-    facts and contexts) and retrieval."""
+    facts and contexts) and retrieval; each trace's ``single`` is the editor's single-setting reliability
+    (:func:`single_edit_reliability`; not run for the control)."""
     w = suite.world
     keys = {flag: key_statistics(model, w, layer, rng, with_reasoning=flag, batches=cov_batches) for flag in (0, 1)}
     cov = {flag: key_covariance(k) for flag, k in keys.items()}
@@ -342,4 +392,8 @@ def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, c
            "alphaedit": run_parametric(model, suite, "alphaedit", layer, short_checkpoints, rng, K0=keys[0],
                                        alpha_tol=alpha_tol, v_steps=v_steps)}
     out["retrieval"] = run_retrieval(model, suite, RetrievalEditor(embed_fn, threshold), short_checkpoints)
+    single = single_edit_reliability(model, suite, embed_fn, layer, rng, C=cov[0], K0=keys[0], threshold=threshold,
+                                     alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
+    for name, rel in single.items():
+        out[name].single = rel
     return out

@@ -8,6 +8,7 @@ keys are the rows of ``K`` (``(n, d_in)``) and targets the rows of ``V`` (``(n, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -113,6 +114,16 @@ def mean_key(model: nn.Module, module: nn.Linear, tokens: Tensor, positions: Ten
     return got[0][rows, positions].mean(0)
 
 
+@dataclass(frozen=True)
+class VStarProblem:
+    """One edit's v* problem (ROME eq. 4): prompt groups ``(tokens (B, L), subject positions (B,), answer
+    positions (B,))`` whose answer should become ``target``, and groups whose predictions the KL term keeps."""
+
+    prompts: Sequence[tuple[Tensor, Tensor, Tensor]]
+    target: int
+    kl_prompts: Sequence[tuple[Tensor, Tensor, Tensor]] = ()
+
+
 def optimize_v_star(model: nn.Module, module: nn.Linear, prompts: Sequence[tuple[Tensor, Tensor, Tensor]],
                     target: int, *, kl_prompts: Sequence[tuple[Tensor, Tensor, Tensor]] = (), steps: int = 50,
                     lr: float = 0.5, kl_weight: float = 1.0, l2: float = 1e-3,
@@ -125,43 +136,90 @@ def optimize_v_star(model: nn.Module, module: nn.Linear, prompts: Sequence[tuple
     ``prompts`` / ``kl_prompts``: groups ``(tokens (B, L), subject positions (B,), answer positions (B,))`` (one
     group per prompt length). Returns δ; the caller forms ``v* = W k* + δ``.
     """
+    return optimize_v_stars(model, module, [VStarProblem(prompts, target, kl_prompts)], steps=steps, lr=lr,
+                            kl_weight=kl_weight, l2=l2, stop_below=stop_below)[0]
+
+
+def optimize_v_stars(model: nn.Module, module: nn.Linear, problems: Sequence[VStarProblem], *, steps: int = 50,
+                     lr: float = 0.5, kl_weight: float = 1.0, l2: float = 1e-3,
+                     stop_below: float | None = 5e-2) -> Tensor:
+    """:func:`optimize_v_star` for several edits of the *same* model at once (MEMIT computes every v* of a batch
+    from the unedited model, Meng et al. 2023 §4.3): one δ per edit, all prompts of one length in one forward
+    pass. The edits' losses are independent and Adam acts per coordinate, so each δ follows its own optimisation;
+    each edit stops on its own loss. Returns ``(n_edits, d_out)``."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    if not prompts:
-        raise ValueError("optimize_v_star needs at least one prompt group")
+    if not problems or any(not pb.prompts for pb in problems):
+        raise ValueError("optimize_v_stars needs at least one edit, each with at least one prompt group")
     p = next(model.parameters())
-    delta = torch.zeros(module.out_features, dtype=p.dtype, device=p.device, requires_grad=True)
+    delta = torch.zeros(len(problems), module.out_features, dtype=p.dtype, device=p.device, requires_grad=True)
+    buckets = _v_star_buckets(problems, kl_weight, p.device, p.dtype)
     state: dict[str, Tensor] = {}
 
     def hook(m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
         add = torch.zeros_like(out)
-        add[torch.arange(out.shape[0], device=out.device), state["pos"]] = delta  # δ at each subject token
+        add[torch.arange(out.shape[0], device=out.device), state["pos"]] = delta[state["edit"]]  # δ at the subject
         return out + add
 
     def logp(tokens: Tensor, ans: Tensor) -> Tensor:
         return torch.log_softmax(model(tokens)[torch.arange(tokens.shape[0], device=tokens.device), ans], -1)
 
     with torch.no_grad():
-        refs = [logp(tok, ans) for tok, _, ans in kl_prompts]
+        refs = [logp(b["tokens"], b["ans"]) for b in buckets]
     handle = module.register_forward_hook(hook)
     opt = torch.optim.Adam([delta], lr=lr)
+    active = torch.ones(len(problems), dtype=torch.bool, device=p.device)
+    frozen = [q for q in model.parameters() if q.requires_grad]
+    for q in frozen:  # only δ is optimised: skip the weights' gradients (a third of the backward's work)
+        q.requires_grad_(False)
     try:
         for _ in range(steps):
-            loss = l2 * (delta @ delta)
-            for tok, subj, ans in prompts:  # NLL of the new object, averaged over the groups
-                state["pos"] = subj
-                loss = loss - logp(tok, ans)[:, target].mean() / len(prompts)
-            for (tok, subj, ans), ref in zip(kl_prompts, refs, strict=True):  # KL(before || after)
-                state["pos"] = subj
-                loss = loss + kl_weight * torch.sum(ref.exp() * (ref - logp(tok, ans)), -1).mean()
-            if stop_below is not None and loss.item() < stop_below:
+            loss = l2 * (delta * delta).sum(1)
+            for b, ref in zip(buckets, refs, strict=True):
+                state["pos"], state["edit"] = b["subj"], b["edit"]
+                lp = logp(b["tokens"], b["ans"])
+                nll = -lp.gather(1, b["target"][:, None])[:, 0]
+                kl = torch.sum(ref.exp() * (ref - lp), -1)
+                loss = loss.index_add(0, b["edit"], b["weight"] * torch.where(b["is_kl"], kl, nll))
+            if stop_below is not None:
+                active &= loss.detach() >= stop_below
+            if not active.any():
                 break
+            keep = delta.detach().clone()
             opt.zero_grad()
-            loss.backward()
+            loss[active].sum().backward()
             opt.step()
+            with torch.no_grad():
+                delta[~active] = keep[~active]  # stopped edits keep their δ (Adam's momentum would move them)
     finally:
         handle.remove()
+        for q in frozen:
+            q.requires_grad_(True)
     return delta.detach()
+
+
+def _v_star_buckets(problems: Sequence[VStarProblem], kl_weight: float, device: torch.device, dtype: torch.dtype
+                    ) -> list[dict]:
+    """Every prompt row of every edit, grouped by length: tokens, subject and answer positions, the edit it belongs
+    to, its weight in that edit's loss (NLL: mean over the group, groups averaged; KL: ``kl_weight`` × mean over the
+    group) and whether it is a KL row."""
+    rows: dict[int, list[tuple]] = {}
+    for e, pb in enumerate(problems):
+        for groups, is_kl in ((pb.prompts, False), (pb.kl_prompts, True)):
+            for tok, subj, ans in groups:
+                w = (kl_weight if is_kl else 1.0 / len(pb.prompts)) / tok.shape[0]
+                rows.setdefault(tok.shape[1], []).append((tok, subj, ans, e, w, is_kl, pb.target))
+    out = []
+    for group in rows.values():
+        n = torch.tensor([r[0].shape[0] for r in group], device=device)
+
+        def col(i: int, dtype: torch.dtype, group: list[tuple] = group, n: Tensor = n) -> Tensor:
+            return torch.tensor([r[i] for r in group], dtype=dtype, device=device).repeat_interleave(n)
+
+        tok, subj, ans = (torch.cat([r[i] for r in group]).to(device) for i in range(3))
+        out.append({"tokens": tok, "subj": subj, "ans": ans, "edit": col(3, torch.long), "weight": col(4, dtype),
+                    "is_kl": col(5, torch.bool), "target": col(6, torch.long)})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
