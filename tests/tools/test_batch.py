@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 from fixture_notebooks import make_notebook
 
@@ -131,8 +131,14 @@ def test_a_killed_run_leaves_earlier_results_intact(root):
     else:
         pytest.fail("the first notebook never finished")
     time.sleep(3)  # the second notebook is running now
-    os.killpg(proc.pid, signal.SIGKILL)
+    children = psutil.Process(proc.pid).children(recursive=True)  # papermill and its kernel
+    assert children
+    proc.kill()  # the runner alone, as an OOM killer or `kill -9 PID` would
     proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=20)
+    for p in alive:
+        p.kill()
+    assert not alive, f"still running after the runner died: {[p.cmdline() for p in alive]}"
     assert (root / "results" / "02-slow.json").read_text() == old_result
     assert slow.read_text() == slow_before
     man = json.loads((root / "results" / "manifest.json").read_text())["notebooks"]

@@ -236,8 +236,8 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
              cell_timeout: float | None, cancelled: Callable[[], bool] | None = None,
              unset: tuple[str, ...] = ()) -> Outcome:
     """One papermill run of ``notebook``; replace it (quick) or write ``results/full/`` (full) on success.
-    ``cancelled`` (a Dask task): polled while it runs, and papermill dies with this process; ``unset``: variables
-    of this process's environment the kernel must not inherit."""
+    ``cancelled`` (a Dask task): polled while it runs; papermill dies with this process in any case; ``unset``:
+    variables of this process's environment the kernel must not inherit."""
     results = root / "results"
     tmp_dir, logs = results / ".tmp", results / "logs"
     tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -247,9 +247,7 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
            provenance.NOTEBOOK_ENV: str(notebook.resolve())}
     for key in unset:
         env.pop(key, None)
-    env.pop(PARENT_ENV, None)
-    if cancelled is not None:  # a Dask task: papermill asks to die with its worker (_die_with_parent)
-        env[PARENT_ENV] = str(os.getpid())
+    env[PARENT_ENV] = str(os.getpid())  # papermill dies with this runner or Dask worker (_die_with_parent)
     env.setdefault(offline.ENV, "1")
     if mode == "quick":
         env.update(portable.QUICK_ENV)  # the same numbers on any AVX2 machine (repro.tools.portable)

@@ -19,7 +19,8 @@ models).
   only workers started with ``--resources GPU=1`` take them. An unreachable scheduler is a :class:`ClusterError`
   after ``connect_timeout`` seconds.
 * Kernels run as in the sequential runner: quick mode in the portable environment, full mode without the
-  one-thread limits a Dask nanny puts into its worker's environment (:func:`_nanny_thread_vars`).
+  one-thread limits a Dask nanny puts into its worker's environment, and no mode with the nanny's malloc
+  setting (:func:`_nanny_vars`).
 * Longest first: tasks are prioritised by their last recorded run time (the manifest), which shortens the
   whole run when notebooks differ in length.
 * Faults: a notebook that raises is recorded failed like any other (the task returns normally); a worker that
@@ -84,6 +85,20 @@ def parse(spec: str) -> Spec:
 
 
 @contextlib.contextmanager
+def _environ_restored() -> Iterator[None]:
+    """Undo what a ``LocalCluster`` writes into this process's ``os.environ``: its nannies set their
+    ``pre-spawn-environ`` (one thread, ``MALLOC_TRIM_THRESHOLD_``) here and never take it back, so a sequential
+    run later in the same process would hand them to its kernels."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
 def connect(spec: Spec, connect_timeout: float | None = None) -> Iterator[Any]:
     """A ``distributed.Client`` for ``spec``: a fresh ``LocalCluster`` (loopback only, no dashboard, its HTTP
     endpoints on a free port, closed on exit) or the scheduler at ``spec.address`` (:class:`ClusterError` if it
@@ -91,9 +106,10 @@ def connect(spec: Spec, connect_timeout: float | None = None) -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     if spec.kind == "local":
-        with LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          dashboard_address=None, silence_logs=logging.ERROR, memory_limit=0,
-                          scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local, \
+        with _environ_restored(), \
+                LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address=None, silence_logs=logging.ERROR, memory_limit=0,
+                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local, \
                 Client(local, set_as_default=False) as client:
             yield client
         return
@@ -109,19 +125,27 @@ def connect(spec: Spec, connect_timeout: float | None = None) -> Iterator[Any]:
 
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+MALLOC_VAR = "MALLOC_TRIM_THRESHOLD_"
 
 
-def _nanny_thread_vars(mode: str, nanny: bool) -> tuple[str, ...]:
-    """The thread limits a Dask nanny put into this worker's environment (``distributed.nanny.pre-spawn-environ``:
-    one thread each), which a full-mode kernel must not inherit: it keeps torch's default threading, as in the
-    sequential runner. None in quick mode (it sets its own, :data:`repro.tools.portable.QUICK_ENV`) or without
-    a nanny (``dask worker --no-nanny``: the environment is the one the worker was started with)."""
+def _nanny_vars(mode: str, nanny: bool) -> tuple[str, ...]:
+    """The variables a Dask nanny put into this worker's environment (``distributed.nanny.pre-spawn-environ``)
+    that a kernel must not inherit, so that it runs as under the sequential runner:
+
+    * ``MALLOC_TRIM_THRESHOLD_=65536`` (glibc returns freed memory to the OS at once), in every mode: measured on
+      the quick book, it made torch-heavy notebooks 1.14–1.59× slower (06's training 27 → 37 ms a step);
+    * the one-thread limits, in full mode only: a full-mode kernel keeps torch's default threading (quick mode
+      sets one thread itself, :data:`repro.tools.portable.QUICK_ENV`).
+
+    A value the user set differently is kept; without a nanny (``dask worker --no-nanny``) the environment is the
+    one the worker was started with, and nothing is removed."""
     import dask
 
-    if mode == "quick" or not nanny:
+    if not nanny:
         return ()
     spawned = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
-    return tuple(k for k in THREAD_VARS if k in spawned and os.environ.get(k) == str(spawned[k]))
+    names = (MALLOC_VAR,) + (THREAD_VARS if mode != "quick" else ())
+    return tuple(k for k in names if k in spawned and os.environ.get(k) == str(spawned[k]))
 
 
 def _on_worker(task: batch.Task, cancel_event: str) -> batch.TaskResult:
@@ -139,7 +163,7 @@ def _on_worker(task: batch.Task, cancel_event: str) -> batch.TaskResult:
             return False
 
     try:
-        result = batch.run_task(task, cancelled, _nanny_thread_vars(task.mode, worker.nanny is not None))
+        result = batch.run_task(task, cancelled, _nanny_vars(task.mode, worker.nanny is not None))
     except batch.LibraryMismatch as e:
         raise batch.LibraryMismatch(f"worker {address}: {e}") from None
     result.outcome.worker = address
