@@ -8,9 +8,9 @@ loopback (``127.0.0.0/8``, ``::1``, ``localhost``) or a Unix socket. A refused `
 network is down still do; ``connect_ex`` returns ``ECONNREFUSED`` as its contract says. Name resolution
 (``getaddrinfo``) is left alone: it reaches no peer by itself.
 
-``repro.runtime.setup`` installs the guard when ``$REPRO_OFFLINE`` is set (``1``); ``tests/conftest.py`` and the
-batch runner set it, so every notebook they execute runs guarded. ZeroMQ's own sockets (the kernel's channels)
-live in libzmq, below Python's ``socket`` module, and all connect to loopback anyway.
+``repro.runtime.setup`` installs the guard when ``$REPRO_OFFLINE`` is set (``1``); the repository's
+``conftest.py`` and the batch runner set it, so every notebook they execute runs guarded. ZeroMQ's own sockets
+(the kernel's channels) live in libzmq, below Python's ``socket`` module, and all connect to loopback anyway.
 
 Imports no torch.
 """

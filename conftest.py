@@ -1,4 +1,9 @@
-"""Test-session settings: nothing a test runs may touch the committed results/ or figures, and nothing goes online."""
+"""Test-session settings: nothing a test runs may touch the committed results/ or figures, and nothing goes online.
+
+At the repository root, so that it also applies when pytest is given only a notebook
+(``pytest notebooks/06-knowledge-editing-collapse.ipynb``): a conftest under ``tests/`` is not loaded then, and
+the kernel ran without the portable environment (other numbers than the committed ones) and wrote its results
+into results/."""
 
 from __future__ import annotations
 
