@@ -19,9 +19,13 @@ Deliberate deviations:
   are left out of the score, as the repo's ``continue`` does;
 * embeddings: all-MiniLM-L6-v2 (offline wheel) instead of bge-m3; demos are generated worked word problems
   (:mod:`.problems`) instead of MATH subtasks; the toy learner (Part B) is an analogue of an LLM, not the paper's
-  setting.
+  setting;
+* the LLM tier (:mod:`.llm`, full mode only) uses SmolLM2-135M-Instruct (offline wheel) on generated 1-2 digit
+  arithmetic word problems with one- or two-step chains of thought, 4-64 shots, instead of 14B+ models on MATH;
+  prompts are raw text (no chat template), demos in the public code's "Problem:/Solution:" format.
 
-Layout: :mod:`.method` (CDS), :mod:`.problems` (demo pool, embeddings, toy task), :mod:`.experiment` (harness).
+Layout: :mod:`.method` (CDS), :mod:`.problems` (demo pools, embeddings, toy task, arithmetic problems),
+:mod:`.experiment` (harness of Parts A and B), :mod:`.llm` (the SmolLM2 tier: cached many-shot prompting).
 """
 
 from .experiment import (
@@ -42,6 +46,20 @@ from .experiment import (
     toy_model,
     train_toy,
 )
+from .llm import (
+    QUERY,
+    Generation,
+    LLMStudy,
+    demo_orders,
+    demo_prompt,
+    encode,
+    finished,
+    greedy_after_prefix,
+    icl_answers,
+    llm_order_study,
+    parse_answer,
+    prefix_cache,
+)
 from .method import (
     break_cycle,
     cds_cost_matrix,
@@ -53,10 +71,13 @@ from .method import (
     two_opt,
 )
 from .problems import (
+    ARITH_OPS,
     TEMPLATES,
+    ArithmeticSet,
     ProblemPool,
     ToyFormat,
     affine_tasks,
+    arithmetic_problems,
     demo_tokens,
     embed_texts,
     gaussian_pools,
@@ -64,6 +85,9 @@ from .problems import (
 )
 
 __all__ = [
+    "ARITH_OPS", "QUERY", "ArithmeticSet", "Generation", "LLMStudy", "arithmetic_problems", "demo_orders",
+    "demo_prompt", "encode", "finished", "greedy_after_prefix", "icl_answers", "llm_order_study", "parse_answer",
+    "prefix_cache",
     "TEMPLATES", "BruteForceCheck", "OrderStudy", "PoolStats", "ProblemPool", "ToyFormat", "accuracy_vs_shots",
     "affine_tasks", "bayes_cot_accuracy", "break_cycle", "brute_force_check", "brute_force_tour", "cds_cost_matrix",
     "cds_order", "curvature_score", "demo_states", "demo_tokens", "draw_pools", "embed_texts", "gaussian_pools",

@@ -8,6 +8,8 @@
   the offline stand-in for the paper's bge-m3) or a TF-IDF + truncated-SVD fallback (scikit-learn).
 * :func:`affine_tasks` / :func:`demo_tokens`: the toy learner's latent task ``y = (a x + b) mod p`` with hidden
   ``a, b``; a chain-of-thought demo is the tokens ``x t y ;`` with ``t = a x mod p``, a direct demo ``x y ;``.
+* :func:`arithmetic_problems`: 1-2 digit arithmetic word problems (add, subtract, multiply, divide, add-then-subtract)
+  with a one- or two-step chain of thought ending "The answer is N." (the SmolLM2 tier, :mod:`.llm`).
 """
 
 from __future__ import annotations
@@ -211,3 +213,84 @@ def demo_tokens(fmt: ToyFormat, a: Tensor, b: Tensor, x: Tensor) -> Tensor:
     sep = torch.full_like(x, fmt.sep)
     parts = (x, t, y, sep) if fmt.cot else (x, y, sep)
     return torch.stack(parts, -1).flatten(-2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Simple arithmetic word problems for the SmolLM2 tier (full mode)
+
+ARITH_OPS = ("add", "sub", "mul", "div", "two_step")
+
+
+def _arith(r: np.random.Generator, op: str) -> tuple[str, str, int]:
+    """One 1-2 digit arithmetic word problem of kind ``op``: (question, short CoT ending "The answer is N.", N)."""
+    name, item = NAMES[int(r.integers(len(NAMES)))], ITEMS[int(r.integers(len(ITEMS)))]
+    if op == "add":
+        a, b = int(r.integers(10, 60)), int(r.integers(2, 40))
+        q = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?"
+        steps, ans = [f"{a} + {b} = {a + b}."], a + b
+    elif op == "sub":
+        a = int(r.integers(20, 99))
+        b = int(r.integers(2, a))
+        q = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
+        steps, ans = [f"{a} - {b} = {a - b}."], a - b
+    elif op == "mul":
+        a, b = int(r.integers(2, 10)), int(r.integers(2, 13))
+        q = f"{name} buys {a} boxes with {b} {item} in each box. How many {item} does {name} buy?"
+        steps, ans = [f"{a} * {b} = {a * b}."], a * b
+    elif op == "div":
+        a, b = int(r.integers(2, 10)), int(r.integers(2, 12))  # a * b <= 99
+        q = f"{name} shares {a * b} {item} equally among {a} friends. How many {item} does each friend get?"
+        steps, ans = [f"{a * b} / {a} = {b}."], b
+    elif op == "two_step":
+        a, b = int(r.integers(10, 50)), int(r.integers(2, 30))
+        c = int(r.integers(2, a + b))
+        q = f"{name} has {a} {item}, gets {b} more and then gives away {c}. How many {item} are left?"
+        steps, ans = [f"{a} + {b} = {a + b}.", f"{a + b} - {c} = {a + b - c}."], a + b - c
+    else:
+        raise ValueError(f"op must be one of {ARITH_OPS}, got {op!r}")
+    return q, " ".join(steps) + f" The answer is {ans}.", ans
+
+
+@dataclass(frozen=True)
+class ArithmeticSet:
+    """Arithmetic word problems: ``questions[i]``, its short chain of thought ``solutions[i]`` (ending "The answer
+    is N."), the integer ``answers[i]`` and the kind ``op[i]`` (index into :data:`ARITH_OPS`)."""
+
+    questions: list[str]
+    solutions: list[str]
+    answers: np.ndarray
+    op: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    @property
+    def texts(self) -> list[str]:
+        """The demos as the repo writes them, ``"Problem:\\n{problem}\\nSolution:\\n{solution}"`` (to embed)."""
+        return [f"Problem:\n{q}\nSolution:\n{s}" for q, s in zip(self.questions, self.solutions, strict=True)]
+
+
+def arithmetic_problems(n: int, seed: int = 0, exclude: ArithmeticSet | None = None) -> ArithmeticSet:
+    """``n`` distinct 1-2 digit arithmetic word problems (add, subtract, multiply, divide, add-then-subtract; the
+    kind drawn uniformly per problem), each with a one- or two-step chain of thought. Questions of ``exclude``
+    (e.g. the demo pool, when drawing test questions) are never drawn."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    r = np.random.default_rng(seed)
+    seen = set(exclude.questions) if exclude is not None else set()
+    qs, ss, ans, ops = [], [], [], []
+    for _ in range(100 * n):  # the template space holds > 10^5 questions, so this never runs dry for our sizes
+        if len(qs) == n:
+            break
+        o = int(r.integers(len(ARITH_OPS)))
+        q, s, a = _arith(r, ARITH_OPS[o])
+        if q in seen:
+            continue
+        seen.add(q)
+        qs.append(q)
+        ss.append(s)
+        ans.append(a)
+        ops.append(o)
+    if len(qs) < n:
+        raise ValueError(f"could only draw {len(qs)} distinct problems of the {n} asked")
+    return ArithmeticSet(qs, ss, np.array(ans), np.array(ops))
