@@ -37,7 +37,9 @@ from repro.common.numerics import loglog_slope
 
 from .experiment import (
     EDITORS,
+    TOY_KEYS,
     Suite,
+    ToyRun,
     Trace,
     block_outputs,
     compare_editors,
@@ -51,6 +53,8 @@ from .experiment import (
     run_parametric,
     run_retrieval,
     single_edit_reliability,
+    toy_run,
+    toy_summary,
     train_toy,
 )
 from .llm import (
@@ -86,11 +90,12 @@ from .method import (
 from .problems import World, make_world, render
 
 __all__ = [
-    "EDITORS", "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "RetrievalEditor", "Suite", "Trace", "VStarProblem",
-    "World", "alphaedit_projector", "alphaedit_update", "block_outputs", "candidate_facts", "compare_editors",
-    "docstring_corpus", "down_proj_keys", "edit_target", "edit_targets", "effective_rank", "evaluate", "first_word",
-    "greedy_continuations", "key_covariance", "key_statistics", "llm_evaluate", "llm_study", "loglog_slope",
-    "make_llm_suite", "make_suite", "make_world", "mean_key", "memit_update", "mlp_keys", "optimize_v_star",
-    "optimize_v_stars", "relative_change_rates", "render", "rk_summary", "rome_update", "run_llm_parametric",
-    "run_llm_retrieval", "run_parametric", "run_retrieval", "single_edit_reliability", "train_toy",
+    "EDITORS", "TOY_KEYS", "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "RetrievalEditor", "Suite", "ToyRun",
+    "Trace", "VStarProblem", "World", "alphaedit_projector", "alphaedit_update", "block_outputs", "candidate_facts",
+    "compare_editors", "docstring_corpus", "down_proj_keys", "edit_target", "edit_targets", "effective_rank",
+    "evaluate", "first_word", "greedy_continuations", "key_covariance", "key_statistics", "llm_evaluate",
+    "llm_study", "loglog_slope", "make_llm_suite", "make_suite", "make_world", "mean_key", "memit_update",
+    "mlp_keys", "optimize_v_star", "optimize_v_stars", "relative_change_rates", "render", "rk_summary",
+    "rome_update", "run_llm_parametric", "run_llm_retrieval", "run_parametric", "run_retrieval",
+    "single_edit_reliability", "toy_run", "toy_summary", "train_toy",
 ]

@@ -5,13 +5,17 @@ locality, greedy reasoning accuracy, in-context override accuracy, held-out loss
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from scipy.stats import spearmanr
 
 from repro.common.nn import Transformer, TransformerConfig
+from repro.common.numerics import loglog_slope
 from repro.common.train import cosine_schedule, fit
 
 from . import problems as P
@@ -234,8 +238,6 @@ def run_parametric(model: Transformer, suite: Suite, editor: str, layer: int, ch
                    alpha_tol: float = 1e-3, memit_weight: float = 1.0, v_steps: int = 50) -> Trace:
     """Apply the suite's edits in order with ROME (one at a time), MEMIT or AlphaEdit (the edits between two
     checkpoints as one batch), evaluating at each checkpoint. Works on a copy of ``model``."""
-    import copy
-
     if editor not in ("rome", "memit", "alphaedit"):
         raise ValueError(f"unknown parametric editor {editor!r}")
     m = copy.deepcopy(model).eval()
@@ -281,8 +283,6 @@ def single_edit_reliability(model: Transformer, suite: Suite, embed_fn, layer: i
     """The paper's *single* setting: each of the suite's edits applied alone to the unedited model, reliability
     averaged over the edits, per editor (ROME / MEMIT / AlphaEdit with the statistics of ``run_parametric``;
     retrieval with that one fact in its store). All v* come from the unedited model in one batch."""
-    import copy
-
     w = suite.world
     m = copy.deepcopy(model).eval()
     mod = m.blocks[layer].mlp[2]
@@ -396,4 +396,69 @@ def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, c
                                      alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
     for name, rel in single.items():
         out[name].single = rel
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one seed end to end, and the numbers the claims read
+
+TOY_KEYS = ("subjects", "steps", "d_model", "layers", "heads", "d_ff", "edits", "layer", "checkpoints", "short",
+            "threshold", "alpha_tol", "memit_weight", "v_steps", "cov_batches")
+
+
+@dataclass
+class ToyRun:
+    """One seed of the toy experiment: the world, the trained model, its training losses, the evaluation suite,
+    the unedited model's metrics and every editor's trace."""
+
+    world: P.World
+    model: Transformer
+    losses: list[float]
+    suite: Suite
+    base: dict[str, float]
+    traces: dict[str, Trace]
+
+
+def toy_run(cfg: Mapping[str, Any], rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu"
+            ) -> ToyRun:
+    """The notebook's toy pipeline for one seed: :func:`~.problems.make_world`, :func:`train_toy`,
+    :func:`make_suite`, :func:`evaluate` and :func:`compare_editors`, in that order, all drawing on ``rng`` (so
+    ``toy_run(cfg, np.random.default_rng(s), ...)`` is the notebook's run with ``SEED = s``). ``cfg`` holds the
+    notebook's settings (:data:`TOY_KEYS`; other keys are ignored)."""
+    missing = [k for k in TOY_KEYS if k not in cfg]
+    if missing:
+        raise KeyError(f"toy_run needs the settings {missing}")
+    world = P.make_world(cfg["subjects"], rng)
+    model, losses = train_toy(world, cfg["steps"], rng, d_model=cfg["d_model"], n_layers=cfg["layers"],
+                              n_heads=cfg["heads"], d_ff=cfg["d_ff"], device=device)
+    suite = make_suite(world, cfg["edits"], rng, device=device)
+    base = evaluate(model, suite, 0)
+    traces = compare_editors(model, suite, embed_fn, layer=cfg["layer"], checkpoints=cfg["checkpoints"],
+                             short_checkpoints=cfg["short"], threshold=cfg["threshold"], alpha_tol=cfg["alpha_tol"],
+                             memit_weight=cfg["memit_weight"], v_steps=cfg["v_steps"], cov_batches=cfg["cov_batches"],
+                             rng=rng)
+    return ToyRun(world, model, losses, suite, base, traces)
+
+
+def toy_summary(base: Mapping[str, float], traces: Mapping[str, Trace], layer: int) -> dict[str, Any]:
+    """What the notebook's claims read from one seed: the unedited model's lowest accuracy over facts, reasoning and
+    the two in-context skills (``base_min``); per editor the reasoning drop in points after the last edit
+    (``drop``), the final reliability (``rel``) and its ratio to the single-setting reliability (``kept``, NaN when
+    that is 0); for ROME ("rome") the R_k summaries at the edited block (``rk``, one per checkpoint), the last one's
+    Spearman(R_k, σ_k) and top-10 % share over chance, the log-log slopes of max and median R_k against T, and
+    Spearman(median R_k, reasoning accuracy) over the checkpoints."""
+    rome = traces["rome"]
+    rk = [rk_summary(s[layer], r[layer]) for s, r in zip(rome.sigma, rome.R, strict=True)]
+    Ts = np.asarray(rome.Ts[1:], dtype=float)
+    med = np.array([d["median"] for d in rk])
+    out: dict[str, Any] = {
+        "base_min": min(base[k] for k in ("loc", "reasoning", "ctx_rel", "ctx_irr")),
+        "drop": {n: 100 * (base["reasoning"] - t.series("reasoning")[-1]) for n, t in traces.items()},
+        "rel": {n: float(t.series("rel")[-1]) for n, t in traces.items()},
+        "kept": {n: float(t.series("rel")[-1] / t.single) if t.single > 0 else float("nan")
+                 for n, t in traces.items()},
+        "rk": rk, "spearman": rk[-1]["spearman"], "top_ratio": rk[-1]["top_in_low"] / rk[-1]["chance"],
+        "slope_max": loglog_slope(Ts, [d["max"] for d in rk]), "slope_median": loglog_slope(Ts, med),
+        "rho_reasoning": float(spearmanr(med, rome.series("reasoning")[1:])[0]),
+    }
     return out
