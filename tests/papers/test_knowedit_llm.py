@@ -130,3 +130,55 @@ def test_bad_input_errors(tiny_llama):
         KL.token_chunks(Tok(), ["short"], 2, 4)
     with pytest.raises(ValueError, match="non-empty"):
         KL.greedy_continuations(tiny_llama, Tok(), [])
+    with pytest.raises(ValueError, match="unknown editor"):
+        KL.run_llm_parametric(tiny_llama, Tok(), None, "memit5", 2, [1], C=torch.eye(48))
+    with pytest.raises(ValueError, match="last being the edited layer 2"):
+        KL.run_llm_parametric(tiny_llama, Tok(), None, "memit_spread", 2, [1], C=torch.eye(48),
+                              covs={0: torch.eye(48), 1: torch.eye(48)})
+
+
+def _spread_setup(tiny_llama):
+    import copy
+
+    model = copy.deepcopy(tiny_llama)  # the fixture is shared: edit a copy
+    g = torch.Generator().manual_seed(3)
+    prompts = [(torch.randint(0, 64, (1, 8), generator=g), torch.tensor([p])) for p in (3, 6)]
+    ids = torch.randint(0, 64, (16, 12), generator=g)
+    covs = {m: K.key_covariance(KL.down_proj_keys(model, m, ids).double()) for m in range(3)}
+    deltas = 0.5 * torch.randn(2, 32, generator=g, dtype=torch.float64)
+    return model, prompts, covs, deltas
+
+
+def test_memit_spread_reaches_its_targets_layer_by_layer(tiny_llama):
+    """MEMIT over layers 0, 1, 2 with a vanishing prior weight: the residual stream after the last layer reaches
+    z = h + δ at both edits' subject positions, and the first layer wrote exactly a third of δ into its own output
+    (nothing had moved before it; its keys come before its down_proj, so they do not move)."""
+    model, prompts, covs, deltas = _spread_setup(tiny_llama)
+    lm = KL.LogitsOf(model)
+    h = torch.cat([KL.layer_output_at(model, 2, t, p) for t, p in prompts])
+    k0 = torch.cat([KL.keys_at(lm, KL.down_proj(model, 0), t, p) for t, p in prompts])
+    W0 = KL.down_proj(model, 0).weight.data.clone()
+    KL.memit_spread(model, [0, 1, 2], prompts, deltas, covs, weight=1e-9)
+    after = torch.cat([KL.layer_output_at(model, 2, t, p) for t, p in prompts])
+    torch.testing.assert_close(after, h + deltas, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(k0 @ (KL.down_proj(model, 0).weight.data - W0).T, deltas / 3, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="increasing"):
+        KL.memit_spread(model, [2, 1], prompts, deltas, covs, 1.0)
+    with pytest.raises(ValueError, match="prompts for"):
+        KL.memit_spread(model, [2], prompts[:1], deltas, covs, 1.0)
+
+
+def test_memit_spread_over_one_layer_is_memit(tiny_llama):
+    """With one layer the spread is MEMIT's one-layer update ``memit_update(W, K, K Wᵀ + δ, λC)``, and with
+    MEMIT's prior weight it writes only part of δ (the reason a one-layer MEMIT barely edits SmolLM2)."""
+    model, prompts, covs, deltas = _spread_setup(tiny_llama)
+    mod = KL.down_proj(model, 2)
+    W = mod.weight.data.clone()
+    Kk = torch.cat([KL.keys_at(KL.LogitsOf(model), mod, t, p) for t, p in prompts])
+    ref = W + K.memit_update(W, Kk, Kk @ W.T + deltas, 15000.0 * covs[2])
+    h = torch.cat([KL.layer_output_at(model, 2, t, p) for t, p in prompts])
+    KL.memit_spread(model, [2], prompts, deltas, covs, weight=15000.0)
+    torch.testing.assert_close(mod.weight.data, ref, rtol=1e-12, atol=1e-12)
+    moved = torch.cat([KL.layer_output_at(model, 2, t, p) for t, p in prompts]) - h
+    share = (moved * deltas).sum(1) / (deltas * deltas).sum(1)
+    assert (share > 0).all() and (share < 0.5).all()

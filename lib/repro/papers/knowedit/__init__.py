@@ -24,10 +24,11 @@ Deliberate deviations (a toy analogue of the paper's 8B models):
 Full mode adds a tier on a real pretrained LM (:mod:`.llm`): SmolLM2-135M-Instruct
 (``repro.common.assets.load_smollm2``), up to 200 sequential ROME / MEMIT edits of facts it knows (written in
 :mod:`.llm`, kept when the model answers them correctly by greedy decoding) at the MLP ``down_proj`` of layer 10 of
-30, ``C`` from Python standard-library docstrings, against retrieval with the MiniLM gate. Its deviations: one
-edited layer for MEMIT too; ``k*`` is the subject's key in the plain prompt (ROME averages the direction over
-prefixed prompts); v* optimises the first token of the new object only (single-token objects); no norm clamp on δ
-(an L2 penalty instead); the reasoning probe is few-shot one-digit addition and word copying.
+30, ``C`` from Python standard-library docstrings, against retrieval with the MiniLM gate; MEMIT also spread over
+layers 6–10 as MEMIT does (:func:`.llm.memit_spread`). Its deviations: ``k*`` is the subject's key in the plain
+prompt (ROME averages the direction over prefixed prompts); v* optimises the first token of the new object only
+(single-token objects); no norm clamp on δ (an L2 penalty instead); the reasoning probe is few-shot one-digit
+addition and word copying.
 
 Layout: :mod:`.method` (editors, v*, R_k, effective rank, retrieval editor), :mod:`.problems` (the toy world),
 :mod:`.experiment` (the notebook's harness), :mod:`.llm` (the SmolLM2 tier).
@@ -67,9 +68,11 @@ from .llm import (
     down_proj_keys,
     first_word,
     greedy_continuations,
+    layer_output_at,
     llm_evaluate,
     llm_study,
     make_llm_suite,
+    memit_spread,
     run_llm_parametric,
     run_llm_retrieval,
 )
@@ -90,12 +93,12 @@ from .method import (
 from .problems import World, make_world, render
 
 __all__ = [
-    "EDITORS", "TOY_KEYS", "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "RetrievalEditor", "Suite", "ToyRun",
+    "EDITORS", "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "RetrievalEditor", "Suite", "TOY_KEYS", "ToyRun",
     "Trace", "VStarProblem", "World", "alphaedit_projector", "alphaedit_update", "block_outputs", "candidate_facts",
     "compare_editors", "docstring_corpus", "down_proj_keys", "edit_target", "edit_targets", "effective_rank",
-    "evaluate", "first_word", "greedy_continuations", "key_covariance", "key_statistics", "llm_evaluate",
-    "llm_study", "loglog_slope", "make_llm_suite", "make_suite", "make_world", "mean_key", "memit_update",
-    "mlp_keys", "optimize_v_star", "optimize_v_stars", "relative_change_rates", "render", "rk_summary",
-    "rome_update", "run_llm_parametric", "run_llm_retrieval", "run_parametric", "run_retrieval",
-    "single_edit_reliability", "toy_run", "toy_summary", "train_toy",
+    "evaluate", "first_word", "greedy_continuations", "key_covariance", "key_statistics", "layer_output_at",
+    "llm_evaluate", "llm_study", "loglog_slope", "make_llm_suite", "make_suite", "make_world", "mean_key",
+    "memit_spread", "memit_update", "mlp_keys", "optimize_v_star", "optimize_v_stars", "relative_change_rates",
+    "render", "rk_summary", "rome_update", "run_llm_parametric", "run_llm_retrieval", "run_parametric",
+    "run_retrieval", "single_edit_reliability", "toy_run", "toy_summary", "train_toy",
 ]

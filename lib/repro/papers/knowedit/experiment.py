@@ -446,11 +446,12 @@ def toy_summary(base: Mapping[str, float], traces: Mapping[str, Trace], layer: i
     (``drop``), the final reliability (``rel``) and its ratio to the single-setting reliability (``kept``, NaN when
     that is 0); for ROME ("rome") the R_k summaries at the edited block (``rk``, one per checkpoint), the last one's
     Spearman(R_k, σ_k) and top-10 % share over chance, the log-log slopes of max and median R_k against T, and
-    Spearman(median R_k, reasoning accuracy) over the checkpoints."""
+    Spearman(median R_k, reasoning accuracy) over the checkpoints (NaN when either is constant)."""
     rome = traces["rome"]
     rk = [rk_summary(s[layer], r[layer]) for s, r in zip(rome.sigma, rome.R, strict=True)]
     Ts = np.asarray(rome.Ts[1:], dtype=float)
-    med = np.array([d["median"] for d in rk])
+    med, reasoning = np.array([d["median"] for d in rk]), rome.series("reasoning")[1:]
+    varies = np.ptp(med) > 0 and np.ptp(reasoning) > 0  # Spearman is undefined for a constant series
     out: dict[str, Any] = {
         "base_min": min(base[k] for k in ("loc", "reasoning", "ctx_rel", "ctx_irr")),
         "drop": {n: 100 * (base["reasoning"] - t.series("reasoning")[-1]) for n, t in traces.items()},
@@ -459,6 +460,6 @@ def toy_summary(base: Mapping[str, float], traces: Mapping[str, Trace], layer: i
                  for n, t in traces.items()},
         "rk": rk, "spearman": rk[-1]["spearman"], "top_ratio": rk[-1]["top_in_low"] / rk[-1]["chance"],
         "slope_max": loglog_slope(Ts, [d["max"] for d in rk]), "slope_median": loglog_slope(Ts, med),
-        "rho_reasoning": float(spearmanr(med, rome.series("reasoning")[1:])[0]),
+        "rho_reasoning": float(spearmanr(med, reasoning)[0]) if varies else float("nan"),
     }
     return out

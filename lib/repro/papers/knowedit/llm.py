@@ -487,24 +487,32 @@ def edit_rows(tokenizer: Any, fact: Fact, prefixes: Sequence[str] = PREFIXES
     return tokens, subj, ans, len(rows) - 1
 
 
-def edit_targets(model: nn.Module, tokenizer: Any, layer: int, facts: Sequence[Fact], target_ids: Sequence[int], *,
-                 v_steps: int = 20, v_lr: float = 0.5, kl_weight: float = 0.0625, l2: float = 1e-3
-                 ) -> tuple[Tensor, Tensor]:
-    """Keys ``K`` and targets ``V`` (rows) of the edits at ``down_proj`` of ``layer`` (ROME §3.1): ``k*`` is the
-    subject's key in the plain prompt; ``v* = W k* + δ`` with δ from :func:`~.method.optimize_v_stars` on the plain
-    and prefixed prompts, with ROME's KL term on the essence prompt ``"{subject} is a"``; all edits' δ from the
-    current weights in one batched optimisation."""
+def edit_deltas(model: nn.Module, tokenizer: Any, layer: int, facts: Sequence[Fact], target_ids: Sequence[int], *,
+                v_steps: int = 20, v_lr: float = 0.5, kl_weight: float = 0.0625, l2: float = 1e-3
+                ) -> tuple[Tensor, Tensor, list[tuple[Tensor, Tensor]]]:
+    """Keys ``K`` (rows) at ``down_proj`` of ``layer``, the changes ``δ`` of its output that make each edit's new
+    object win (ROME §3.1), and each edit's plain prompt with its subject position: ``k*`` is the subject's key in the
+    plain prompt; δ from :func:`~.method.optimize_v_stars` on the plain and prefixed prompts, with ROME's KL term on
+    the essence prompt ``"{subject} is a"``; all edits' δ from the current weights in one batched optimisation."""
     dev = next(model.parameters()).device
     lm, mod = LogitsOf(model), down_proj(model, layer)
-    keys, problems = [], []
+    keys, problems, plain = [], [], []
     for f, tid in zip(facts, target_ids, strict=True):
         tok, subj, ans, n = (x.to(dev) if isinstance(x, Tensor) else x for x in edit_rows(tokenizer, f))
+        plain.append((tok[:1], subj[:1]))
         keys.append(keys_at(lm, mod, tok[:1], subj[:1])[0])
         problems.append(VStarProblem([(tok[:n], subj[:n], ans[:n])], int(tid), [(tok[n:], subj[n:], ans[n:])]))
     delta = optimize_v_stars(lm, mod, problems, steps=v_steps, lr=v_lr, kl_weight=kl_weight, l2=l2)
-    K = torch.stack(keys)
+    return torch.stack(keys), delta, plain
+
+
+def edit_targets(model: nn.Module, tokenizer: Any, layer: int, facts: Sequence[Fact], target_ids: Sequence[int],
+                 **v_star: float) -> tuple[Tensor, Tensor]:
+    """Keys ``K`` and targets ``V = K Wᵀ + δ`` (rows) of the edits at ``down_proj`` of ``layer``
+    (:func:`edit_deltas`; ``v_star``: its ``v_steps``, ``v_lr``, ``kl_weight``, ``l2``)."""
+    K, delta, _ = edit_deltas(model, tokenizer, layer, facts, target_ids, **v_star)
     with torch.no_grad():
-        return K, K @ mod.weight.T + delta
+        return K, K @ down_proj(model, layer).weight.T + delta
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -532,19 +540,68 @@ def llm_evaluate(model: nn.Module, tokenizer: Any, suite: LLMSuite, n_done: int,
     return out, H
 
 
+@torch.no_grad()
+def layer_output_at(model: nn.Module, layer: int, tokens: Tensor, positions: Tensor) -> Tensor:
+    """The residual stream after decoder layer ``layer`` at one position per row of ``tokens``, ``(B, d)``."""
+    got: list[Tensor] = []
+
+    def hook(m: nn.Module, inp: Any, out: Any) -> None:
+        got.append((out[0] if isinstance(out, tuple) else out).detach())
+
+    handle = model.model.layers[layer].register_forward_hook(hook)
+    try:
+        model(input_ids=tokens, use_cache=False)
+    finally:
+        handle.remove()
+    return got[0][torch.arange(tokens.shape[0], device=tokens.device), positions]
+
+
+@torch.no_grad()
+def memit_spread(model: nn.Module, layers: Sequence[int], prompts: Sequence[tuple[Tensor, Tensor]], deltas: Tensor,
+                 covs: dict[int, Tensor], weight: float) -> None:
+    """MEMIT's update over several layers (Meng et al. 2023, Alg. 1), in place. The targets are
+    ``z_i = h_i + δ_i``, the residual stream after the last of ``layers`` at the subject position of prompt ``i``
+    (``(tokens (1, n), position (1,))``); each layer ``l`` in turn writes ``1 / (layers left)`` of what is still
+    missing, ``R = (z − h) / (L − l + 1)``, as ``Δ_l = R K_lᵀ (weight·C_l + K_l K_lᵀ)⁻¹``
+    (:func:`~.method.memit_update`), with ``K_l`` and ``h`` recomputed from the weights edited so far."""
+    layers = list(layers)
+    if not layers or layers != sorted(set(layers)):
+        raise ValueError(f"layers must be increasing and distinct, got {layers}")
+    if len(prompts) != deltas.shape[0]:
+        raise ValueError(f"{len(prompts)} prompts for {deltas.shape[0]} targets")
+
+    def at_last() -> Tensor:
+        return torch.cat([layer_output_at(model, layers[-1], t, p) for t, p in prompts]).double()
+
+    z = at_last() + deltas.double()
+    lm = LogitsOf(model)
+    for i, layer in enumerate(layers):
+        mod = down_proj(model, layer)
+        K = torch.cat([keys_at(lm, mod, t, p) for t, p in prompts]).double()
+        R = (z - at_last()) / (len(layers) - i)
+        W = mod.weight.data.double()
+        mod.weight.data += memit_update(W, K, K @ W.T + R, weight * covs[layer].double()).to(mod.weight.dtype)
+
+
 def run_llm_parametric(model: nn.Module, tokenizer: Any, suite: LLMSuite, editor: str, layer: int,
                        checkpoints: Sequence[int], *, C: Tensor, v_steps: int = 20, memit_weight: float = 15000.0,
-                       progress: Callable[[str], None] | None = None) -> Trace:
+                       covs: dict[int, Tensor] | None = None, progress: Callable[[str], None] | None = None
+                       ) -> Trace:
     """Sequential edits of the suite at ``down_proj`` of ``layer``: ROME one at a time (``ΔW`` of
     :func:`~.method.rome_update` with ``C⁻¹``), or MEMIT on the edits between two checkpoints as one batch
     (:func:`~.method.memit_update` with ``memit_weight · C``, MEMIT's ``mom2_update_weight``), evaluating at each
-    checkpoint (``T = 0``: unedited) with R_k of the residual stream after ``layer``. The weights are restored."""
-    if editor not in ("rome", "memit"):
-        raise ValueError(f"unknown editor {editor!r} (rome or memit)")
+    checkpoint (``T = 0``: unedited) with R_k of the residual stream after ``layer``. ``"memit_spread"`` is MEMIT
+    over the layers of ``covs`` (layer → its ``C``; the last one is ``layer``, where v* is computed), as MEMIT
+    spreads an edit (:func:`memit_spread`). The weights are restored."""
+    if editor not in ("rome", "memit", "memit_spread"):
+        raise ValueError(f"unknown editor {editor!r} (rome, memit or memit_spread)")
+    if editor == "memit_spread" and (not covs or max(covs) != layer):
+        raise ValueError(f"memit_spread needs covs for its layers, the last being the edited layer {layer}")
     if list(checkpoints) != sorted(set(checkpoints)) or not 1 <= checkpoints[0] or checkpoints[-1] > len(suite.edits):
         raise ValueError(f"checkpoints must increase within [1, {len(suite.edits)}], got {list(checkpoints)}")
     mod = down_proj(model, layer)
-    W0 = mod.weight.data.clone()
+    edited = [down_proj(model, m) for m in sorted(covs)] if editor == "memit_spread" else [mod]
+    W0 = [m.weight.data.clone() for m in edited]
     C64 = C.double()
     C_inv = torch.linalg.inv(C64) if editor == "rome" else None
     met, H0 = llm_evaluate(model, tokenizer, suite, 0, layer)
@@ -554,12 +611,17 @@ def run_llm_parametric(model: nn.Module, tokenizer: Any, suite: LLMSuite, editor
         for T in checkpoints:
             while done < T:
                 stop = done + 1 if editor == "rome" else T
-                K, V = edit_targets(model, tokenizer, layer, suite.edits[done:stop], suite.target_ids[done:stop],
-                                    v_steps=v_steps)
-                W = mod.weight.data.double()
-                dW = (rome_update(W, K[0].double(), V[0].double(), C_inv) if editor == "rome"
-                      else memit_update(W, K.double(), V.double(), memit_weight * C64))
-                mod.weight.data += dW.to(mod.weight.dtype)
+                K, delta, plain = edit_deltas(model, tokenizer, layer, suite.edits[done:stop],
+                                              suite.target_ids[done:stop], v_steps=v_steps)
+                if editor == "memit_spread":
+                    memit_spread(model, sorted(covs), plain, delta, covs, memit_weight)
+                else:
+                    with torch.no_grad():
+                        V = (K @ mod.weight.T + delta).double()  # edit_targets' V, in the model's dtype first
+                    W = mod.weight.data.double()
+                    dW = (rome_update(W, K[0].double(), V[0], C_inv) if editor == "rome"
+                          else memit_update(W, K.double(), V, memit_weight * C64))
+                    mod.weight.data += dW.to(mod.weight.dtype)
                 done = stop
             met, H = llm_evaluate(model, tokenizer, suite, T, layer)
             sigma, R = relative_change_rates(H0, H.double() - H0)
@@ -570,7 +632,8 @@ def run_llm_parametric(model: nn.Module, tokenizer: Any, suite: LLMSuite, editor
             if progress is not None:
                 progress(f"{editor} T={T}: " + ", ".join(f"{k} {v:.3g}" for k, v in met.items()))
     finally:
-        mod.weight.data.copy_(W0)
+        for m, w in zip(edited, W0, strict=True):
+            m.weight.data.copy_(w)
     return trace
 
 
@@ -622,20 +685,27 @@ def llm_study(model: nn.Module, tokenizer: Any, embed_fn: Callable[[Sequence[str
               rng: np.random.Generator, *, layer: int, n_edits: int, n_loc: int, checkpoints: Sequence[int],
               editors: Sequence[str] = ("rome",), v_steps: int = 20, threshold: float = 0.8, cov_chunks: int = 128,
               heldout_chunks: int = 16, chunk_len: int = 64, memit_weight: float = 15000.0,
-              progress: Callable[[str], None] | None = None) -> LLMStudy:
+              memit_layers: Sequence[int] = (), progress: Callable[[str], None] | None = None) -> LLMStudy:
     """The SmolLM2 tier: the suite of known facts, the key statistics ``C = E[kkᵀ]`` of ``down_proj`` of ``layer``
     over ``cov_chunks × chunk_len`` docstring tokens, sequential edits with each of ``editors`` and retrieval at the
-    checkpoints that fit the number of edits, and the R_k summaries (:func:`~.experiment.rk_summary`)."""
+    checkpoints that fit the number of edits, and the R_k summaries (:func:`~.experiment.rk_summary`). The editor
+    ``"memit_spread"`` edits ``memit_layers`` (increasing, ending at ``layer``), each with its own ``C`` from the
+    same tokens."""
     suite = make_llm_suite(model, tokenizer, rng, n_edits=n_edits, n_loc=n_loc, heldout_chunks=heldout_chunks,
                            chunk_len=chunk_len)
     n = len(suite.edits)
     Ts = sorted({T for T in checkpoints if T < n} | {n})
     ids = token_chunks(tokenizer, docstring_corpus(COV_MODULES), cov_chunks, chunk_len)
     C = key_covariance(down_proj_keys(model, layer, ids).double())
+    covs = None
+    if "memit_spread" in editors:
+        if not memit_layers or list(memit_layers)[-1] != layer:
+            raise ValueError(f"memit_spread needs memit_layers ending at layer {layer}, got {list(memit_layers)}")
+        covs = {m: C if m == layer else key_covariance(down_proj_keys(model, m, ids).double()) for m in memit_layers}
     study = LLMStudy(suite, {}, cov_tokens=ids.numel())
     for ed in editors:
         tr = run_llm_parametric(model, tokenizer, suite, ed, layer, Ts, C=C, v_steps=v_steps,
-                                memit_weight=memit_weight, progress=progress)
+                                memit_weight=memit_weight, covs=covs, progress=progress)
         study.traces[ed] = tr
         study.rk[ed] = [rk_summary(s[0], r[0]) for s, r in zip(tr.sigma, tr.R, strict=True)]
     base = study.traces[editors[0]].metrics[0] if editors else None
