@@ -611,16 +611,15 @@ def run_llm_parametric(model: nn.Module, tokenizer: Any, suite: LLMSuite, editor
         for T in checkpoints:
             while done < T:
                 stop = done + 1 if editor == "rome" else T
-                K, delta, plain = edit_deltas(model, tokenizer, layer, suite.edits[done:stop],
-                                              suite.target_ids[done:stop], v_steps=v_steps)
+                batch = (suite.edits[done:stop], suite.target_ids[done:stop])
                 if editor == "memit_spread":
+                    _, delta, plain = edit_deltas(model, tokenizer, layer, *batch, v_steps=v_steps)
                     memit_spread(model, sorted(covs), plain, delta, covs, memit_weight)
                 else:
-                    with torch.no_grad():
-                        V = (K @ mod.weight.T + delta).double()  # edit_targets' V, in the model's dtype first
+                    K, V = edit_targets(model, tokenizer, layer, *batch, v_steps=v_steps)
                     W = mod.weight.data.double()
-                    dW = (rome_update(W, K[0].double(), V[0], C_inv) if editor == "rome"
-                          else memit_update(W, K.double(), V, memit_weight * C64))
+                    dW = (rome_update(W, K[0].double(), V[0].double(), C_inv) if editor == "rome"
+                          else memit_update(W, K.double(), V.double(), memit_weight * C64))
                     mod.weight.data += dW.to(mod.weight.dtype)
                 done = stop
             met, H = llm_evaluate(model, tokenizer, suite, T, layer)
