@@ -4,12 +4,12 @@ in-context learner (training, accuracy against shots, order effects at 16 shots)
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from repro.common import stats
 from repro.common.nn import Transformer, TransformerConfig
 from repro.common.train import cosine_schedule, fit
 
@@ -259,11 +259,10 @@ def order_study(model: Transformer, fmt: ToyFormat, k: int = 16, n_tasks: int = 
         correct[name] = (answer(model, fmt, demo_tokens(fmt, a, b, xs.gather(1, o)), xq) == y).float().cpu().numpy()
     acc = {m: float(c.mean()) for m, c in correct.items()}
     diff = {m: float((c - correct["random"]).mean()) for m, c in correct.items() if m != "random"}
-    se = {m: float((c - correct["random"]).std(ddof=1) / math.sqrt(n_tasks)) for m, c in correct.items()
-          if m != "random"}
+    se = {m: stats.se(c - correct["random"]) for m, c in correct.items() if m != "random"}
     paired = correct["cds"] - correct["high_curvature"]  # the paper's Table 4 comparison
     diff["cds-high_curvature"] = float(paired.mean())
-    se["cds-high_curvature"] = float(paired.std(ddof=1) / math.sqrt(n_tasks))
+    se["cds-high_curvature"] = stats.se(paired)
     return OrderStudy(acc, diff, se)
 
 

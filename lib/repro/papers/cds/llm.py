@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...common import stats
 from .method import cds_order
 from .problems import ArithmeticSet
 
@@ -217,15 +218,15 @@ class LLMStudy:
 
     @property
     def random_spread(self) -> np.ndarray:
-        """Standard deviation ``(K,)`` of the accuracy over the random orders (0 with a single one)."""
-        acc = np.array([self.accuracy(n) for n in self.random_names])
-        return acc.std(0, ddof=1) if len(acc) > 1 else np.zeros(len(self.shots))
+        """Standard deviation ``(K,)`` of the accuracy over the random orders (NaN with a single one: one order
+        says nothing about the spread; :func:`repro.common.stats.sd`)."""
+        return stats.sd(np.array([self.accuracy(n) for n in self.random_names]), axis=0)
 
     def diff(self, name: str, base: str = "random") -> tuple[np.ndarray, np.ndarray]:
         """Accuracy of ``name`` minus ``base`` ``(K,)`` and its standard error: the paired (same questions) SE
         over questions, combined with the spread of the random orders' mean when either side is random."""
         d = self._per_question(name) - self._per_question(base)
-        se_q = d.std(-1, ddof=1) / math.sqrt(d.shape[-1])
+        se_q = stats.se(d, axis=-1)
         se_r = self.random_spread / math.sqrt(len(self.random_names)) if "random" in (name, base) else 0.0
         return d.mean(-1), np.sqrt(se_q**2 + se_r**2)
 
@@ -237,7 +238,7 @@ class LLMStudy:
         i0, i1 = self.shots.index(k0), self.shots.index(k1)
         c = self._per_question(name)
         d = c[i1] - c[i0]
-        se = d.std(ddof=1) / math.sqrt(d.size)
+        se = stats.se(d.reshape(-1))
         if name == "random":
             sd = self.random_spread
             se = math.sqrt(se**2 + (sd[i0] ** 2 + sd[i1] ** 2) / len(self.random_names))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...common import stats
 from ...common.nn import TransformerConfig
 from .method import (
     Decoded,
@@ -248,10 +249,10 @@ def bootstrap_gain(teacher: Curves, student: Curves, n_boot: int = 2000, seed: i
     if n_boot < 1 or not 0 < level < 1:
         raise ValueError("need n_boot >= 1 and 0 < level < 1")
     n = len(teacher.samples["vanilla"][0][0])
-    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_boot)
+    counts = stats.resample_counts(n, n_boot, seed)
     gains = resampled_gains(teacher, student, counts)
     table, _ = aup_table(teacher, student)
-    lo, hi = np.quantile(gains, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = stats.percentile_interval(gains, level)
     return Gain(table["student / entropy"] - table["teacher / entropy"], float(lo), float(hi), level, gains)
 
 

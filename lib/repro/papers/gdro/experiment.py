@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ...common import stats
 from ...common.nn import Transformer, TransformerConfig
 from ...common.train import fit
 from .method import (
@@ -510,8 +511,8 @@ def _weighted_gap(task: ModSumTask, ev_a: Evaluation, ev_b: Evaluation, metric: 
     w = w / w.sum()
     strata = [d[ev_a.k == kk] for kk in ks]
     mean = float(sum(wk * s.mean() for wk, s in zip(w, strata, strict=True)))
-    se = float(np.sqrt(sum(wk**2 * s.var(ddof=1) / len(s) for wk, s in zip(w, strata, strict=True))))
-    return Gap(mean, mean - 1.96 * se, mean + 1.96 * se, "evaluation prompts (one seed)")
+    lo, hi = stats.normal_interval(mean, stats.stratified_se(strata, w))
+    return Gap(mean, lo, hi, "evaluation prompts (one seed)")
 
 
 def gaps(task: ModSumTask, runs: Sequence[dict[str, ArmLog]], arm: str) -> dict[str, Gap]:
@@ -534,10 +535,6 @@ def gaps(task: ModSumTask, runs: Sequence[dict[str, ArmLog]], arm: str) -> dict[
                     d.append(a.overall[metric] - g.overall[metric])
                 else:
                     d.append(a.groups[worst_name][metric] - g.groups[worst_name][metric])
-            d = np.array(d)
-            from scipy import stats  # only needed with several seeds
-
-            half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
-            out[key] = Gap(float(d.mean()), float(d.mean()) - half, float(d.mean()) + half,
-                           f"{len(d)} seeds (paired)")
+            est = stats.over_seeds(d)
+            out[key] = Gap(est.value, est.lo, est.hi, f"{len(d)} seeds (paired)")
     return out

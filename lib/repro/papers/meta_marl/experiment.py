@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ...common import stats
 from .method import (
     AgentTrajectories,
     ConditionedPolicy,
@@ -311,8 +312,7 @@ class Returns:
 
     @property
     def se(self) -> float:
-        per_task = self.returns.mean(1)
-        return float(per_task.std(ddof=1) / np.sqrt(len(per_task))) if len(per_task) > 1 else 0.0
+        return stats.se(self.returns.mean(1))
 
 
 @torch.no_grad()

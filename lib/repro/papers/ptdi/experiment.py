@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ...common import stats
 from .method import bh_select, conformal_pvalues, estimate_pi0, fir_power, scaled_bh
 from .problems import DigitsScores, draw_scores, resample_membership
 
@@ -53,7 +54,7 @@ def select_all(p: Tensor, is_member: Tensor, alphas: list[float], pi0_true: floa
             sel = p <= alpha if name == "naive" else scaled_bh(p, pi0[name], alpha)
             fdp, tpp = fir_power(sel, is_member)
             fir[a, k], power[a, k] = float(fdp.mean()), float(tpp.mean())
-            se[a, k] = float(fdp.std()) / np.sqrt(len(fdp)) if len(fdp) > 1 else np.nan
+            se[a, k] = stats.se(fdp.cpu().numpy())
     return Selection(list(alphas), methods, fir, se, power,
                      {k: v.cpu().numpy() for k, v in pi0.items() if k in ESTIMATORS}, p.shape[0])
 
@@ -133,7 +134,7 @@ def pi1_curve(laws: list[str], pi1s: list[float], trials: int, m: int, n: int, g
             p = conformal_pvalues(cal, test)
             for k in ESTIMATORS:
                 est = 1.0 - estimate_pi0(p, k)
-                mean[k][i, j], sd[k][i, j] = float(est.mean()), float(est.std())
+                mean[k][i, j], sd[k][i, j] = float(est.mean()), stats.sd(est.cpu().numpy())
     return Pi0Curve(list(laws), list(pi1s), mean, sd)
 
 

@@ -30,6 +30,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from torch import nn
 
+from repro.common import stats as book_stats
 from repro.common.train import cosine_schedule, fit
 
 from . import synth
@@ -571,8 +572,7 @@ class Summary:
     def gain(self, arm: str, base: str, metric: str = "T_test") -> tuple[float, float, np.ndarray]:
         """Mean and standard error over seeds of ``arm − base`` (SE is NaN with one seed), and the per-seed gains."""
         d = self.table[arm][metric] - self.table[base][metric]
-        se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-        return float(d.mean()), se, d
+        return float(d.mean()), book_stats.se(d), d
 
 
 def summarize(runs: list[SeedRun], heights) -> Summary:

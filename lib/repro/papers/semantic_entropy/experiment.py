@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...common import stats
 from .method import (
     VE,
     VP,
@@ -246,7 +247,7 @@ def digits_reference(data: Digits, levels: int, generator: torch.Generator,
     per_loo = entropy_per_point(lambda x, tt: empirical_log_posterior(Xd, data.y, x, tt, VP(), k, exclude_self=True),
                                 Xd, td, seed)
     H_emp, H_loo = per_emp.mean(1), per_loo.mean(1)
-    se_emp = per_emp.std(1) / math.sqrt(per_emp.shape[1])
+    se_emp = torch.as_tensor(stats.se(per_emp.cpu().numpy(), axis=1), dtype=per_emp.dtype, device=per_emp.device)
     window = (H_emp > 0.01 * data.prior_entropy) & (H_emp < 0.99 * data.prior_entropy)
     gap = float((H_emp - H_loo).abs()[window].max())
     return DigitsReference(t=td, seed=seed, X64=Xd, per_emp=per_emp, H_emp=H_emp, H_loo=H_loo, se_emp=se_emp,
@@ -411,9 +412,9 @@ def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3, points: 
     t_coarse = peak_time(tf, entropy_rate(torch.as_tensor(H_coarse), tf))
     # bootstrap over the points: resampled means are count-weighted means
     n = pf.shape[1]
-    w = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=boot) / n     # (B, n)
+    w = stats.resample_counts(n, boot, seed) / n     # (B, n)
     rate = [np.gradient(w @ p.T, t_np, axis=1) for p in (pc, pf)]
     deltas = peak_times(t_np, rate[0]) - peak_times(t_np, rate[1])
     return DigitGroups(decision=decision, groups=groups, t=tf, H_fine=torch.as_tensor(H_fine),
                        H_coarse=torch.as_tensor(H_coarse), t_coarse=t_coarse, t_fine=t_fine, boot=deltas,
-                       ci=(float(np.quantile(deltas, 0.025)), float(np.quantile(deltas, 0.975))))
+                       ci=stats.percentile_interval(deltas, 0.95))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...common import stats
 from .control import CEMResult, cem_optimize
 from .engine import INF, RenewalSIR
 from .env import (
@@ -77,9 +78,8 @@ def outbreak_stats(sizes: np.ndarray | Tensor, *, low: float = 0.05, high: float
     ext = x < low
     maj = x[~ext]
     p = float(ext.mean())
-    return OutbreakStats(n=len(x), p_ext=p, se_p_ext=float(np.sqrt(p * (1 - p) / len(x))),
-                         major=float(maj.mean()) if len(maj) else float("nan"),
-                         se_major=float(maj.std(ddof=1) / np.sqrt(len(maj))) if len(maj) > 1 else float("nan"),
+    return OutbreakStats(n=len(x), p_ext=p, se_p_ext=stats.proportion_se(p, len(x)),
+                         major=float(maj.mean()) if len(maj) else float("nan"), se_major=stats.se(maj),
                          mean=float(x.mean()), mass_low=p, mass_mid=float(((x >= low) & (x <= high)).mean()),
                          mass_high=float((x > high).mean()))
 
@@ -307,7 +307,7 @@ class Evaluation:
     def paired(self, a: int, b: int) -> tuple[float, float]:
         """Mean and standard error of the paired return difference policy ``a`` − policy ``b``."""
         d = self.ret[a] - self.ret[b]
-        return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+        return float(d.mean()), stats.se(d)
 
 
 def evaluate(graph: nx.Graph, dynamics: str, thetas: Tensor, names: list[str], task: ControlTask, *, episodes: int,

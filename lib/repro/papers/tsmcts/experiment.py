@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...common import stats
 from .method import SearchResult, smc_search, smcts_search, tsmcts_search
 from .problems import MazeSuite, Network, make_maze_suite, make_network, value_iteration
 
@@ -209,13 +210,12 @@ def mean_regret(run: OperatorRun, mask: np.ndarray | None = None) -> float:
 
 def regret_se(run: OperatorRun, mask: np.ndarray | None = None) -> float:
     """Standard error of :func:`mean_regret` over roots (of each root's seed mean)."""
-    r = (run.regret if mask is None else run.regret[mask]).mean(1)
-    return float(r.std(ddof=1) / math.sqrt(len(r)))
+    return stats.se((run.regret if mask is None else run.regret[mask]).mean(1))
 
 
 def value_spread(run: OperatorRun) -> float:
     """The root value's spread over seeds: each root's standard deviation over seeds, averaged over roots."""
-    return float(run.value.std(1, ddof=1).mean())
+    return float(stats.sd(run.value, axis=1).mean())
 
 
 def improved_fraction(run: OperatorRun) -> float:
@@ -226,7 +226,7 @@ def improved_fraction(run: OperatorRun) -> float:
 def improvement_z(run: OperatorRun) -> tuple[float, float]:
     """Mean policy improvement ``E_π'Q* − E_πQ*`` over roots and seeds, and its standard error over roots."""
     per_root = run.improvement.mean(1)
-    return float(per_root.mean()), float(per_root.std(ddof=1) / math.sqrt(len(per_root)))
+    return float(per_root.mean()), stats.se(per_root)
 
 
 def sh_bracket(n_particles: int, m: int) -> list[tuple[int, ...]]:
