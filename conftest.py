@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 from repro.tools.portable import QUICK_ENV
 
@@ -23,3 +24,8 @@ os.environ.setdefault("REPRO_HEADLESS", "1")
 # Offline, enforced: runtime.setup in every notebook the tests execute (and in this process) installs the guard
 # that refuses non-loopback connections (repro.tools.offline).
 os.environ.setdefault("REPRO_OFFLINE", "1")
+# Notebooks on the claims registry compare their run with the committed results/ (repro.report.COMPARE_ENV): the
+# same claim ids and verdicts, and every value inside its committed interval, so a test passes on any CPU where
+# the verdicts hold and fails where one changes.
+os.environ.setdefault("REPRO_COMPARE_RESULTS", str(Path(__file__).resolve().parent / "results"))
+

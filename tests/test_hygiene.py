@@ -14,12 +14,17 @@ import nbformat
 import pytest
 import yaml
 
-from repro import report
-from repro.tools import book, registry
+from repro import evidence, report
+from repro.tools import book, claims, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PAPERS = {p.stem: p for p in book.load_registry(ROOT)[1]}
+LEGACY_CLAIMS = set(registry.legacy_claims(ROOT))  # notebooks still on old-style Claim lists (book/papers.yml)
+
+
+def on_registry(path: Path) -> bool:
+    return path.stem[:2] not in LEGACY_CLAIMS
 
 
 def tags(cell) -> list[str]:
@@ -55,9 +60,13 @@ def test_skeleton(nb):
     assert re.search(r"^SEED = \d+", params[0].source, re.M) and re.search(r"^DEVICE = ", params[0].source, re.M)
     last = [c for c in cells if c.cell_type == "code"][-1]
     finishing = [c for c in cells if c.cell_type == "code" and "finish(" in c.source]
-    assert len(finishing) == 1 and "# NBVAL_CHECK_OUTPUT" in finishing[0].source
+    assert len(finishing) == 1
     assert last is finishing[0] or all(not c.source.strip() for c in cells[cells.index(finishing[0]) + 1:]
                                        if c.cell_type == "code")
+    if on_registry(path):  # the verdicts are compared by the contract itself (REPRO_COMPARE_RESULTS), not as text
+        assert "NBVAL_CHECK_OUTPUT" not in finishing[0].source and "hide-input" in tags(finishing[0])
+    else:
+        assert "# NBVAL_CHECK_OUTPUT" in finishing[0].source
 
 
 def test_committed_with_clean_quick_outputs(nb):
@@ -82,7 +91,58 @@ def test_results_file(nb):
     for c in rec["claims"]:
         kind = c.get("kind", "paper")
         assert c["verdict"] in (report.VERDICTS if kind == "paper" else report.CHECK_VERDICTS)
-        assert c["holds"] == (c["verdict"] not in ("not Re", "fail"))
+        assert c["holds"] == (c["verdict"] in evidence.HOLDING)
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"not strict JSON: {name}")
+
+
+def test_every_results_file_is_strict_json():
+    files = sorted((ROOT / "results").glob("*.json"))
+    assert files
+    for f in files:
+        json.loads(f.read_text(), parse_constant=_no_constants)  # NaN / Infinity are not JSON
+
+
+def test_registry_notebooks_measure_exactly_the_registered_claims(nb):
+    """Notebooks on the claims registry: a generated claims list, no old-style Claim, and results that carry the
+    registry's words and rules; the others have no registry file yet."""
+    path, notebook = nb
+    entries = claims.load_for(path.stem)
+    if not on_registry(path):
+        assert entries is None, f"{path.stem} has a claims registry: remove it from legacy_claims in book/papers.yml"
+        return
+    assert entries, f"{path.stem}: not in legacy_claims, but lib/repro/claims/{path.stem}.yml is missing"
+    assert [c for c in notebook.cells if book.CLAIMS_TAG in tags(c)], "needs the generated claims list"
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    assert "Claim(" not in code, "measure the registered claims (run.finish({id: measurement})), no Claim lists"
+    rec = json.loads((ROOT / "results" / f"{path.stem}.json").read_text())
+    assert [c["id"] for c in rec["claims"]] == list(entries)
+    for c in rec["claims"]:
+        e = entries[c["id"]]
+        assert (c["text"], c["paper"], c["rule"], c["kind"], c["asserted"]) == \
+            (e.statement, e.paper, e.rule.text, e.kind, e.asserted), f"{c['id']}: results and registry disagree"
+
+
+# Patterns of a standard error, a t- or bootstrap interval computed by hand: repro.common.stats is the one place.
+STATS_PATTERNS = {
+    "sample standard deviation": re.compile(r"ddof\s*=\s*1|unbiased\s*=\s*True"),
+    "standard error": re.compile(r"(std|sd)\([^()]*(\([^()]*\))?[^()]*\)\s*/\s*(np\.|math\.)?sqrt"),
+    "t quantile": re.compile(r"\bt\.ppf\(|\bsem\("),
+    "percentile interval": re.compile(r"\(\s*1\s*[-+]\s*level\s*\)\s*/\s*2"),
+    "bootstrap resampling": re.compile(r"multinomial\([^)]*np\.full\("),
+}
+
+
+def test_statistics_only_in_the_stats_module():
+    hits = []
+    for f in sorted((ROOT / "lib" / "repro").rglob("*.py")):
+        if f.name == "stats.py" and f.parent.name == "common":
+            continue
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            hits += [f"{f.relative_to(ROOT)}:{i} ({what})" for what, rx in STATS_PATTERNS.items() if rx.search(line)]
+    assert not hits, "compute spreads and intervals with repro.common.stats: " + "; ".join(hits)
 
 
 def test_generated_files_are_in_sync():

@@ -1,8 +1,22 @@
-"""The results contract: every notebook ends with ``run.finish(claims, metrics)`` (:func:`finish`).
+"""The results contract: every notebook ends with ``run.finish(measured, metrics)`` (:func:`finish`).
 
-``finish`` turns the notebook's claims into verdicts, writes ``results/NN-slug.json`` atomically, shows the
-paper-vs-reproduced table and raises :class:`ClaimFailed` when a claim marked ``asserted`` does not hold, so
-executing a notebook is a test of its claims. A :class:`Claim` is one of two kinds:
+``finish`` turns the notebook's measurements into verdicts, writes ``results/NN-slug.json`` atomically (strict
+JSON: a NaN is written as ``null``), shows the paper-vs-reproduced table and raises :class:`ClaimFailed` when a
+claim marked ``asserted`` does not hold, so executing a notebook is a test of its claims.
+
+**On the claims registry** (the contract): the claims are registered before the run in
+``lib/repro/claims/NN-slug.yml`` (:mod:`repro.tools.claims`), and the notebook passes ``{claim id: measurement}``
+(:class:`repro.evidence.Measure`: a number, per-seed values or per-item values, and the control's). The verdict is
+computed from the measurement's interval (:mod:`repro.evidence`): paper claims are ``Re``, ``~Re``, ``not Re``,
+``inconclusive`` or ``untested``; checks ``pass`` or ``fail``. A claim measured but not registered, or registered
+but not measured, is an error naming both lists. With ``$REPRO_COMPARE_RESULTS`` set to a results folder (the
+tests set it to the committed ``results/``), a quick-mode run is compared with the committed record there: the same
+ids and verdicts, and every value inside its committed interval (:func:`repro.evidence.differences`); a difference
+raises :class:`ResultsChanged`.
+
+**Old style** (the notebooks listed under ``legacy_claims`` in ``book/papers.yml``, until they move onto the
+registry): a list of :class:`Claim`, each one point checked against an acceptance interval. A :class:`Claim` is
+one of two kinds:
 
 * ``kind="paper"``: a statement of the paper. Verdicts: ``Re`` (holds in our setting, which matches the
   paper's), ``~Re`` (holds on a smaller or different analogue: ``analogue=True``, the notebook says what
@@ -22,21 +36,34 @@ checkout to show stale results.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+from . import evidence
+from .evidence import Measure
+from .tools import claims as registry
 from .tools import paths, provenance
 
+__all__ = ["Claim", "ClaimFailed", "Measure", "ResultsChanged", "claims_markdown", "counts", "finish", "fmt"]
+
 KINDS = ("paper", "check")
-VERDICTS = ("Re", "~Re", "not Re")
-CHECK_VERDICTS = ("pass", "fail")
-TIMING_MARK = "⏱"
+VERDICTS = evidence.PAPER_VERDICTS  # Re, ~Re, not Re, inconclusive, untested (old-style claims: the first three)
+CHECK_VERDICTS = evidence.CHECK_VERDICTS
+TIMING_MARK = "⏱"  # old-style tables; the registry tables say "timing" in words
 RESULTS_ENV = paths.RESULTS_ENV
+COMPARE_ENV = "REPRO_COMPARE_RESULTS"
 
 
 class ClaimFailed(AssertionError):
     """An asserted claim did not hold; the results file was still written."""
+
+
+class ResultsChanged(AssertionError):
+    """A quick-mode run differs from the committed results in what must hold on any machine (ids, verdicts, a
+    value outside its committed interval)."""
 
 
 @dataclass
@@ -121,27 +148,35 @@ def finish(
     *,
     mode: str,
     seed: int,
-    claims: list[Claim],
+    claims: list[Claim] | Mapping[str, Any],
     metrics: Mapping[str, Any] | None = None,
     packages: Iterable[str] = (),
     elapsed: float | None = None,
     display: bool = True,
+    registry_entries: Mapping[str, registry.Entry] | None = None,
 ) -> dict[str, Any]:
     """Write ``results/<slug>.json`` (full mode: ``results/full/<slug>.json``), show the claims table and
     raise :class:`ClaimFailed` if an asserted claim does not hold. Returns the written record.
+
+    ``claims`` is ``{claim id: measurement}`` for a notebook on the claims registry (its entries are read from
+    ``lib/repro/claims/<slug>.yml`` unless ``registry_entries`` are given), or an old-style list of :class:`Claim`.
     Notebooks call it through ``run.finish`` (:class:`repro.runtime.Run`), which fills in everything but the
-    claims and metrics."""
+    measurements and metrics."""
     paths.check_mode(mode)
     if not claims:
         raise ValueError("finish() needs at least one claim")
-    ids = [c.id for c in claims]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"duplicate claim ids: {ids}")
+    if isinstance(claims, Mapping):
+        records = _registered(slug, claims, registry_entries)
+    else:
+        ids = [c.id for c in claims]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate claim ids: {ids}")
+        records = [asdict(c) for c in claims]
     record = {
         "slug": slug,
         "mode": mode,
         "seed": seed,
-        "claims": [asdict(c) for c in claims],
+        "claims": records,
         "metrics": dict(metrics or {}),
         "runtime_s": elapsed,
         "hardware": provenance.hardware(),
@@ -151,35 +186,132 @@ def finish(
     out = paths.results_file(slug, mode)
     provenance.write_json_atomic(out, record)
     if display:
-        show(claims)
-    failed = [c for c in claims if c.asserted and not c.holds]
+        show(records)
+    if mode == "quick" and isinstance(claims, Mapping):
+        _compare_with_committed(slug, records)
+    failed = [c for c in records if c["asserted"] and not c["holds"]]
     if failed:
-        lines = "; ".join(f"{c.id}: measured {fmt(c.measured)}, needed {c.tolerance}" for c in failed)
+        lines = "; ".join(_failure(c) for c in failed)
         raise ClaimFailed(f"{len(failed)} asserted claim(s) failed ({lines}); results written to {out}")
     return record
 
 
+def _registered(slug: str, measured: Mapping[str, Any], entries: Mapping[str, registry.Entry] | None
+                ) -> list[dict[str, Any]]:
+    """Evaluate every registered claim of ``slug`` on its measurement, in registry order."""
+    if entries is None:
+        entries = registry.load_for(slug)
+        if entries is None:
+            raise registry.RegistryError(f"{slug}: no claims registry at {registry.registry_file(slug)}; register the "
+                                         "claims before measuring them (or pass an old-style list of Claim)")
+    unregistered = [k for k in measured if k not in entries]
+    unmeasured = [k for k in entries if k not in measured]
+    if unregistered or unmeasured:
+        raise registry.RegistryError(f"{slug}: measured but not registered: {unregistered}; registered but not "
+                                     f"measured: {unmeasured}")
+    return [evidence.evaluate(e, measured[cid]) for cid, e in entries.items()]
+
+
+def _failure(c: Mapping[str, Any]) -> str:
+    if "evidence" in c:
+        return f"{c['id']}: {c['verdict']}, {fmt_value(c)} against {c['rule']}" + (f" ({c['reason']})"
+                                                                                  if c.get("reason") else "")
+    return f"{c['id']}: measured {fmt(c['measured'])}, needed {c['tolerance']}"
+
+
+def _compare_with_committed(slug: str, records: list[dict[str, Any]]) -> None:
+    """With ``$REPRO_COMPARE_RESULTS`` set, raise :class:`ResultsChanged` where this run differs from the committed
+    record in what must hold on any machine (:func:`repro.evidence.differences`)."""
+    folder = os.environ.get(COMPARE_ENV)
+    if not folder:
+        return
+    path = Path(folder) / f"{slug}.json"
+    if not path.exists():
+        return
+    old = provenance.read_json(path)
+    diffs = evidence.differences(records, old.get("claims", []))
+    if diffs:
+        raise ResultsChanged(f"{slug}: this run differs from {path} in what must hold on any machine: "
+                             + "; ".join(diffs))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The claims table
+
+
+def fmt_value(c: Mapping[str, Any]) -> str:
+    """A registered claim's value with its interval, to the precision the interval justifies: ``9.9 [4.1, 15.7]``
+    (two significant digits of the half-width), or the value alone for exact evidence."""
+    v = c.get("measured")
+    lo, hi = (c.get("interval") or [None, None])
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    if lo is None or hi is None or lo == hi or math.isnan(lo) or math.isnan(hi):
+        return fmt(v)
+    digits = _decimals((hi - lo) / 2)
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _decimals(half: float) -> int:
+    if not math.isfinite(half) or half <= 0:
+        return 4
+    return max(0, min(8, 1 - math.floor(math.log10(half))))
+
+
+def _control_cell(c: Mapping[str, Any]) -> str:
+    ctl = c.get("control") or {}
+    if "none" in ctl:
+        return f"none ({ctl['none']})"
+    shown = fmt_value({"measured": ctl.get("value"), "interval": ctl.get("interval")})
+    how = {"difference": "ours is the difference", "ratio": "ours is the ratio",
+           "outside": "must fall outside the rule"}[ctl["compare"]]
+    return f"{ctl['what']}: {shown} ({how})"
+
+
+def _registered_row(c: Mapping[str, Any]) -> list[str]:
+    unit = f" {c['unit']}" if c.get("unit") else ""
+    timing = " (timing: machine-dependent, not compared between machines)" if c.get("timing") else ""
+    mark = " †" if c.get("revisions") else ""
+    note = "; ".join(t for t in (c.get("reason", ""), c.get("note", "")) if t)
+    paper = f"{c['paper']} ({c['where']})"
+    return [f"**{c['id']}**{mark} {c['text']}", paper, fmt_value(c) + unit + timing, _control_cell(c),
+            str(c.get("n", "")), f"{c['rule']}{unit}", "yes" if c["asserted"] else "reported",
+            f"**{c['verdict']}**", note]
+
+
+def _legacy_row(d: Mapping[str, Any]) -> list[str]:
+    mark = f" {TIMING_MARK}" if d.get("timing") else ""
+    return [f"{d['id']}: {d['text']}", d.get("kind", "paper"), fmt(d["paper"]), fmt(d["measured"]) + mark,
+            d["tolerance"], "yes" if d["asserted"] else "reported", f"**{d['verdict']}**{mark}", d.get("note", "")]
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |"
+
+
 def claims_markdown(claims: Iterable[Claim | Mapping[str, Any]]) -> str:
     """The paper-vs-reproduced table in Markdown (the notebook's last output and the book's results page).
-    Timing claims carry :data:`TIMING_MARK` on their value and verdict (machine-dependent)."""
+    Registered claims show the value with its interval, n, the control, the rule, the verdict and why; claims
+    with revisions carry †. Old-style timing claims carry :data:`TIMING_MARK` on their value and verdict."""
+    ds = [asdict(c) if isinstance(c, Claim) else dict(c) for c in claims]
+    if ds and all("evidence" in d for d in ds):
+        rows = ["| claim | paper says | ours [95 % interval] | control | n | rule | asserted | verdict | note |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        rows += [_row(_registered_row(d)) for d in ds]
+        if any(d.get("revisions") for d in ds):
+            rows.append("\n† changed after a result existed: the revisions are in the claims registry and on the "
+                        "results page.")
+        return "\n".join(rows)
     rows = ["| claim | kind | paper | ours | tolerance | asserted | verdict | note |",
             "|---|---|---|---|---|---|---|---|"]
-    timing = False
-    for c in claims:
-        d = asdict(c) if isinstance(c, Claim) else dict(c)
-        mark = f" {TIMING_MARK}" if d.get("timing") else ""
-        timing = timing or bool(mark)
-        cells = [f"{d['id']}: {d['text']}", d.get("kind", "paper"), fmt(d["paper"]), fmt(d["measured"]) + mark,
-                 d["tolerance"], "yes" if d["asserted"] else "reported", f"**{d['verdict']}**{mark}",
-                 d.get("note", "")]
-        rows.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
-    if timing:
+    rows += [_row(_legacy_row(d)) for d in ds]
+    if any(d.get("timing") for d in ds):
         rows.append(f"\n{TIMING_MARK} machine-dependent (a timing): the value is this run's, kept in the results "
                     "file; the notebook tests do not compare it.")
     return "\n".join(rows)
 
 
-def show(claims: list[Claim]) -> None:
+def show(claims: list[Claim] | list[Mapping[str, Any]]) -> None:
     """Display the claims table (Markdown in a notebook, plain text elsewhere)."""
     text = claims_markdown(claims)
     try:

@@ -425,7 +425,7 @@ def _with_commit(root: Path, notebook: Path, data: bytes) -> tuple[bytes, str | 
     if commit is None:
         return data, None
     src["commit"] = commit
-    return (json.dumps(record, indent=2, default=provenance.jsonable) + "\n").encode(), commit
+    return (json.dumps(provenance.strict_json(record), indent=2, allow_nan=False) + "\n").encode(), commit
 
 
 def deliver(root: Path, notebook: Path, result: TaskResult) -> Outcome:

@@ -57,3 +57,15 @@ def find(stem: str, root: Path | None = None) -> Paper | None:
     if root is None or not (root / REGISTRY).exists():
         return None
     return next((p for p in load_registry(root)[1] if p.stem == stem), None)
+
+
+def legacy_claims(root: Path) -> list[str]:
+    """The numbers of the notebooks still on old-style ``Claim`` lists (``legacy_claims`` in ``book/papers.yml``)."""
+    data = yaml.safe_load((root / REGISTRY).read_text())
+    listed = [str(n).zfill(2) for n in data.get("legacy_claims") or []]
+    numbers = {str(n) for n in data["papers"]}
+    unknown = sorted(set(listed) - numbers)
+    if unknown:
+        raise ValueError(f"book/papers.yml: legacy_claims lists papers that do not exist: {unknown}")
+    return listed
+
