@@ -295,3 +295,48 @@ def test_scaled_gap_and_its_growth():
                     violations=0, n_trials=4)
     np.testing.assert_allclose(res.scaled_gap, [2.0, 1.0, 0.8, 0.8])
     assert res.gap_growth == pytest.approx(0.8 / 2.0)     # upper half: N = 400, 1600
+
+
+def test_alternating_control_is_not_monotone_and_its_sup_grows_with_k():
+    rng = np.random.default_rng(5)
+    pop = C.alternating_population(40, 6, rng=rng, spread=0.5)
+    lv = pop.env.rewards
+    assert set(lv.unique().tolist()) == {0.0, 1.0} and (lv[:, 1:] != lv[:, :-1]).all()  # flips at every switch
+    assert (pop.env.breaks >= 0).all() and (pop.env.breaks < 0.5).all() and (pop.env.breaks.diff(dim=1) >= 0).all()
+    # its mean reward is the population average, evaluated exactly like a contract population's
+    alpha = torch.linspace(0, 1, 501, dtype=torch.float64)
+    torch.testing.assert_close(pop.truth.reward_grid(alpha)[0], pop.env.reward(alpha[None, :]).mean(0))
+    sweep = C.adversarial_action_sweep([2, 64], [(None, 0.1)], 100, 200, 100, np.random.default_rng(6),
+                                       alternating=True)
+    assert sweep.growth > 1.4  # without a monotone reward, more pieces give a larger sup (1.33 is already 64x)
+    with pytest.raises(ValueError, match="n_actions"):
+        C.alternating_population(3, 1, rng=rng)
+
+
+def test_form_misfit_tells_a_log_tail_from_a_chebyshev_one():
+    # S = sqrt(Exp(1)) has P(S > t) = exp(-t^2): its (1 - δ)-quantile is exactly sqrt(ln(1/δ))
+    rng = np.random.default_rng(7)
+    Ns, deltas = np.array([100, 400]), np.array([0.5, 0.2, 0.05, 0.01])
+    trials = np.sqrt(rng.exponential(size=(200_000, 1))) / np.sqrt(Ns)[None, :]
+    assert C.form_misfit(Ns, deltas, "log", trials) < 0.01
+    assert C.form_misfit(Ns, deltas, "chebyshev", trials) > 0.4
+    np.testing.assert_allclose(C.form_x(Ns, deltas, "chebyshev"), np.sqrt(1 / deltas[None, :] / Ns[:, None]))
+    with pytest.raises(ValueError, match="form"):
+        C.form_x(Ns, deltas, "linear")
+
+
+def test_per_trial_statistics_by_hand():
+    trials = np.array([[1.0, 2.0], [3.0, 2.0]])[:, :, None]            # (reps, k, population)
+    assert C.flatness(trials) == pytest.approx(2.0 / 2.0)
+    adv = np.zeros((2, 3, 2))
+    adv[:, 0, :] = [[1.0, 2.0], [1.0, 2.0]]                             # k_min: worst family mean 2
+    adv[:, 1, :] = [[3.0, 0.0], [1.0, 0.0]]                             # worst 2
+    adv[:, 2, :] = [[0.0, 5.0], [0.0, 1.0]]                             # worst 3
+    assert C.worst_growth(adv) == pytest.approx(1.5)
+    hits = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # frequencies 0.5, 0
+    assert C.two_point_misfit(np.array([0.5, 0.25]), hits) == pytest.approx(0.25 / (0.5 / 2))
+    res = C.rate_in_n(C.random_population(30, 6, rng=np.random.default_rng(0)), [10, 40, 160], 60,
+                      np.random.default_rng(1))
+    est = res.estimates()
+    assert est["slope"].value == pytest.approx(res.slope_sup) and est["gap_growth"].value == pytest.approx(
+        res.gap_growth) and est["slope"].lo <= est["slope"].value <= est["slope"].hi

@@ -24,8 +24,9 @@ Exact computation (what makes the experiments free of grid error):
 
 Everything is batched torch: many types, many weightings (Monte-Carlo repetitions) at once, on any device.
 
-Layout: :mod:`.method` (envelope, step curves, EUM, sup deviation), :mod:`.problems` (populations of types),
-:mod:`.experiment` (the notebook's harness).
+Layout: :mod:`.method` (envelope, step curves, EUM, sup deviation), :mod:`.problems` (populations of types,
+and the non-monotone control population of the number-of-actions test), :mod:`.experiment` (the notebook's
+harness: per-trial results and their bootstrap estimates).
 """
 
 from .experiment import (
@@ -38,16 +39,27 @@ from .experiment import (
     action_sweep,
     adversarial_action_sweep,
     delta_scaling,
+    flatness,
+    form_misfit,
+    form_x,
+    n_e2_spread,
     nested_weights,
     rate_in_n,
     run_trials,
+    scaled_gap_growth,
+    slope_of_means,
     tail_quantiles,
     two_point_errors,
+    two_point_misfit,
+    two_point_z,
     utility_polyline,
+    worst_growth,
 )
 from .method import Envelope, StepCurves, envelope, mean_reward, sup_deviation
 from .problems import (
+    CurvePopulation,
     Population,
+    alternating_population,
     random_population,
     random_types,
     staircase_population,
@@ -56,9 +68,11 @@ from .problems import (
 )
 
 __all__ = [
-    "ActionSweep", "AdversarialSweep", "DeltaScaling", "Envelope", "Population", "RateInN", "StepCurves", "Trials",
-    "TwoPoint", "action_sweep", "adversarial_action_sweep", "delta_scaling", "envelope", "mean_reward",
-    "nested_weights", "random_population", "random_types", "rate_in_n", "run_trials", "staircase_population",
-    "staircase_types", "sup_deviation", "tail_quantiles", "two_point_errors", "two_point_population",
-    "utility_polyline",
+    "ActionSweep", "AdversarialSweep", "CurvePopulation", "DeltaScaling", "Envelope", "Population", "RateInN",
+    "StepCurves", "Trials", "TwoPoint", "action_sweep", "adversarial_action_sweep", "alternating_population",
+    "delta_scaling", "envelope", "flatness", "form_misfit", "form_x", "mean_reward", "n_e2_spread",
+    "nested_weights", "random_population", "random_types", "rate_in_n", "run_trials", "scaled_gap_growth",
+    "slope_of_means", "staircase_population", "staircase_types", "sup_deviation", "tail_quantiles",
+    "two_point_errors", "two_point_misfit", "two_point_z", "two_point_population", "utility_polyline",
+    "worst_growth",
 ]

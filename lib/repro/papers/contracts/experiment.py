@@ -1,19 +1,35 @@
 """Experiment harness of notebook 05: rates in the sample size and in the number of actions, tail quantiles, the
 two-point lower-bound instance. Each function consumes the caller's NumPy generator in a fixed order, so a
 notebook that calls them in the same order reproduces its numbers exactly.
+
+Every summary keeps its per-trial values (``trials``, trials along axis 0), and its ``estimate`` methods give
+each claim's statistic with a bootstrap interval over those trials (:func:`repro.common.stats.bootstrap`): the
+instances are fixed, the interval covers the sampling of the trials.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
 from scipy import stats
 
+from ...common import stats as book_stats
 from ...common.numerics import loglog_slope
+from ...common.stats import Estimate
 from .method import Tensor, sup_deviation
-from .problems import Population, random_population, staircase_population, two_point_population
+from .problems import (
+    CurvePopulation,
+    Population,
+    alternating_population,
+    random_population,
+    staircase_population,
+    two_point_population,
+)
+
+AnyPopulation = Population | CurvePopulation
 
 
 @dataclass
@@ -28,7 +44,7 @@ class Trials:
     alpha_star: float
 
 
-def run_trials(pop: Population, n: int, reps: int, rng: np.random.Generator, chunk: int = 0) -> Trials:
+def run_trials(pop: AnyPopulation, n: int, reps: int, rng: np.random.Generator, chunk: int = 0) -> Trials:
     """Draw ``reps`` samples of ``n`` types, run EUM on each and measure it exactly against the population.
 
     ``chunk`` bounds the repetitions handled at once (memory ~ chunk × breakpoints); 0 picks a size for ~2e7
@@ -84,6 +100,8 @@ class RateInN:
     n_e2: np.ndarray
     violations: int
     n_trials: int
+    sup: np.ndarray | None = field(default=None, repr=False)  # (reps, N): per-trial sup deviation
+    sub: np.ndarray | None = field(default=None, repr=False)  # (reps, N): per-trial EUM suboptimality
 
     @property
     def scaled_gap(self) -> np.ndarray:
@@ -94,8 +112,36 @@ class RateInN:
     def gap_growth(self) -> float:
         """Largest ``√N · E[gap]`` over the upper half of the ``N`` range (in ``log N``) divided by the largest
         over the lower half: at most 1 when the scaled gap does not rise above its earlier level."""
-        upper = np.log(self.Ns) >= np.log(self.Ns).mean()
-        return float(self.scaled_gap[upper].max() / self.scaled_gap[~upper].max())
+        return scaled_gap_growth(self.Ns, self.sub_mean[None, :])
+
+    def estimates(self, seed: int = book_stats.BOOT_SEED) -> dict[str, Estimate]:
+        """Bootstrap estimates over the trials: ``slope`` of log E sup on log N, ``n_e2`` (max/min of N·(E sup)²),
+        ``gap_growth`` (:attr:`gap_growth`)."""
+        if self.sup is None or self.sub is None:
+            raise ValueError("estimates() needs the per-trial values (rate_in_n keeps them)")
+        boot = partial(book_stats.bootstrap, seed=seed)
+        return {"slope": boot(self.sup, partial(slope_of_means, self.Ns)),
+                "n_e2": boot(self.sup, partial(n_e2_spread, self.Ns)),
+                "gap_growth": boot(self.sub, partial(scaled_gap_growth, self.Ns))}
+
+
+def slope_of_means(Ns: np.ndarray, trials: np.ndarray) -> float:
+    """Log-log slope of the per-``N`` mean of ``trials`` (shape ``(reps, len(Ns))``) against ``N``."""
+    return loglog_slope(Ns, trials.mean(0))
+
+
+def n_e2_spread(Ns: np.ndarray, trials: np.ndarray) -> float:
+    """max/min over ``N`` of ``N · (mean of trials)²``: 1 when the rate is exactly ``N^(-1/2)``."""
+    v = np.asarray(Ns) * trials.mean(0) ** 2
+    return float(v.max() / v.min())
+
+
+def scaled_gap_growth(Ns: np.ndarray, trials: np.ndarray) -> float:
+    """Largest ``√N · mean`` over the upper half of the ``N`` range (in ``log N``) over the largest over the lower
+    half (see :attr:`RateInN.gap_growth`)."""
+    g = np.sqrt(Ns) * trials.mean(0)
+    upper = np.log(Ns) >= np.log(Ns).mean()
+    return float(g[upper].max() / g[~upper].max())
 
 
 def rate_in_n(pop: Population, Ns: list[int], reps: int, rng: np.random.Generator) -> RateInN:
@@ -106,9 +152,11 @@ def rate_in_n(pop: Population, Ns: list[int], reps: int, rng: np.random.Generato
     band = np.array([np.quantile(tr.sup_dev.cpu().numpy(), [0.1, 0.9]) for tr in trials])
     sub_mean = np.array([float(tr.subopt.mean()) for tr in trials])
     violations = int(sum(int((tr.subopt > 2 * tr.sup_dev + 1e-12).sum()) for tr in trials))
+    sup = np.stack([tr.sup_dev.cpu().numpy() for tr in trials], axis=1)
+    sub = np.stack([tr.subopt.cpu().numpy() for tr in trials], axis=1)
     return RateInN(Ns=Ns_arr, sup_mean=sup_mean, sup_band=band, sub_mean=sub_mean,
                    slope_sup=loglog_slope(Ns_arr, sup_mean), slope_sub=loglog_slope(Ns_arr, sub_mean),
-                   n_e2=Ns_arr * sup_mean**2, violations=violations, n_trials=len(Ns_arr) * reps)
+                   n_e2=Ns_arr * sup_mean**2, violations=violations, n_trials=len(Ns_arr) * reps, sup=sup, sub=sub)
 
 
 @dataclass
@@ -118,6 +166,7 @@ class ActionSweep:
     ks: list[int]
     dev: np.ndarray  # (k, population)
     breaks_per_type: np.ndarray
+    trials: np.ndarray | None = field(default=None, repr=False)  # (reps, k, population)
 
     @property
     def mean(self) -> np.ndarray:
@@ -128,22 +177,33 @@ class ActionSweep:
         """max/min over ``k`` of the mean sup deviation (1 = perfectly flat)."""
         return float(self.mean.max() / self.mean.min())
 
+    def estimate(self, seed: int = book_stats.BOOT_SEED) -> Estimate:
+        """:attr:`ratio` with a bootstrap interval over the trials (the populations fixed)."""
+        return book_stats.bootstrap(self.trials, flatness, seed=seed)
+
+
+def flatness(trials: np.ndarray) -> float:
+    """max/min over ``k`` of the mean over trials and populations (``trials``: ``(reps, k, population)``)."""
+    m = trials.mean(axis=(0, 2))
+    return float(m.max() / m.min())
+
 
 def action_sweep(ks: list[int], n_types: int, n_outcomes: int, pops: int, n: int, reps: int,
                  rng: np.random.Generator, *, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float64) -> ActionSweep:
     """For each ``k`` in ``ks``, ``pops`` fresh random populations of ``n_types`` types with ``k`` actions, each
     measured over ``reps`` samples of size ``n``."""
-    dev, breaks = [], []
+    per_trial, breaks = [], []
     for k in ks:
         devs, nb = [], []
         for _ in range(pops):
             p_k = random_population(n_types, k, n_outcomes, rng=rng, device=device, dtype=dtype)
-            devs.append(float(run_trials(p_k, n, reps, rng).sup_dev.mean()))
+            devs.append(run_trials(p_k, n, reps, rng).sup_dev.cpu().numpy())
             nb.append(float(p_k.env.n_breaks.double().mean()))
-        dev.append(devs)
+        per_trial.append(devs)
         breaks.append(np.mean(nb))
-    return ActionSweep(ks=list(ks), dev=np.array(dev), breaks_per_type=np.array(breaks))
+    trials = np.asarray(per_trial).transpose(2, 0, 1)  # (reps, k, population)
+    return ActionSweep(ks=list(ks), dev=trials.mean(0), breaks_per_type=np.array(breaks), trials=trials)
 
 
 @dataclass
@@ -156,6 +216,7 @@ class AdversarialSweep:
     families: list[tuple[float | None, float]]
     n: int
     dev: np.ndarray
+    trials: np.ndarray | None = field(default=None, repr=False)  # (reps, k, family)
 
     @property
     def worst(self) -> np.ndarray:
@@ -166,22 +227,39 @@ class AdversarialSweep:
         """Worst case over ``k > k_min`` relative to the worst case at ``k_min`` (1: no growth with k)."""
         return float(self.worst[1:].max() / self.worst[0])
 
+    def estimate(self, seed: int = book_stats.BOOT_SEED) -> Estimate:
+        """:attr:`growth` with a bootstrap interval over the trials (the populations fixed)."""
+        return book_stats.bootstrap(self.trials, worst_growth, seed=seed)
+
+
+def worst_growth(trials: np.ndarray) -> float:
+    """The worst family's mean at ``k > k_min`` over the worst at ``k_min`` (``trials``: ``(reps, k, family)``)."""
+    worst = trials.mean(0).max(axis=1)
+    return float(worst[1:].max() / worst[0])
+
 
 def adversarial_action_sweep(ks: list[int], families: list[tuple[float | None, float]], n_types: int, n: int,
-                             reps: int, rng: np.random.Generator, *, device: torch.device | str = "cpu",
-                             dtype: torch.dtype = torch.float64) -> AdversarialSweep:
+                             reps: int, rng: np.random.Generator, *, alternating: bool = False,
+                             device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64
+                             ) -> AdversarialSweep:
     """For each ``k`` and each family ``(A, spread)``, one uniform population of ``n_types`` staircase types with
     ``k − 1`` switches in ``[0, spread)`` and reward jumps ``Dirichlet(A/(k − 1))`` (total concentration ``A``:
     small ``A`` leaves one dominant jump, a near 0/1 step; ``A = None`` uses concentration 5 per jump, a smooth
-    staircase), measured over ``reps`` samples of size ``n`` (:func:`run_trials`)."""
-    dev = np.empty((len(ks), len(families)))
+    staircase), measured over ``reps`` samples of size ``n`` (:func:`run_trials`).
+
+    ``alternating=True`` is the control: the same switch-point families, with a reward that alternates 0/1 at
+    every switch (:func:`alternating_population`; not monotone, so not an agent's best response)."""
+    trials = np.empty((reps, len(ks), len(families)))
     for i, k in enumerate(ks):
         for j, (total, spread) in enumerate(families):
-            conc = 5.0 if total is None else total / max(k - 1, 1)
-            pop = staircase_population(n_types, k, rng=rng, concentration=conc, spread=spread, device=device,
-                                       dtype=dtype)
-            dev[i, j] = float(run_trials(pop, n, reps, rng).sup_dev.mean())
-    return AdversarialSweep(ks=list(ks), families=list(families), n=n, dev=dev)
+            if alternating:
+                pop = alternating_population(n_types, k, rng=rng, spread=spread, device=device, dtype=dtype)
+            else:
+                conc = 5.0 if total is None else total / max(k - 1, 1)
+                pop = staircase_population(n_types, k, rng=rng, concentration=conc, spread=spread, device=device,
+                                           dtype=dtype)
+            trials[:, i, j] = run_trials(pop, n, reps, rng).sup_dev.cpu().numpy()
+    return AdversarialSweep(ks=list(ks), families=list(families), n=n, dev=trials.mean(0), trials=trials)
 
 
 @dataclass
@@ -195,6 +273,33 @@ class DeltaScaling:
     x: np.ndarray
     c: float
     max_rel_dev: float
+    trials: np.ndarray | None = field(default=None, repr=False)  # (reps, N): per-trial sup deviation
+
+    def estimate(self, form: str = "log", seed: int = book_stats.BOOT_SEED) -> Estimate:
+        """The largest relative deviation of the quantiles from one-constant ``form`` (:func:`form_misfit`), with a
+        bootstrap interval over the trials."""
+        return book_stats.bootstrap(self.trials, partial(form_misfit, self.Ns, self.deltas, form), seed=seed)
+
+
+FORMS = ("log", "chebyshev")
+
+
+def form_x(Ns: np.ndarray, deltas: np.ndarray, form: str = "log") -> np.ndarray:
+    """The bound's shape at every ``(N, δ)``: ``√(ln(1/δ)/N)`` (``"log"``, the theorem's) or ``√(1/(δN))``
+    (``"chebyshev"``, the form a variance-only bound gives, the control)."""
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    num = np.log(1 / deltas) if form == "log" else 1 / deltas
+    return np.sqrt(num[None, :] / np.asarray(Ns)[:, None])
+
+
+def form_misfit(Ns: np.ndarray, deltas: np.ndarray, form: str, trials: np.ndarray) -> float:
+    """Largest ``|q / (c·x) − 1|`` over ``(N, δ)``, ``q`` the ``(1 − δ)``-quantiles of ``trials`` (``(reps, N)``),
+    ``x`` = :func:`form_x` and ``c`` the one constant fitted in log space."""
+    q = np.quantile(trials, 1 - deltas, axis=0).T
+    x = form_x(Ns, deltas, form)
+    c = np.exp(np.mean(np.log(q / x)))
+    return float(np.abs(q / (c * x) - 1).max())
 
 
 def delta_scaling(pop: Population, Ns: list[int], deltas: list[float], reps: int,
@@ -205,10 +310,12 @@ def delta_scaling(pop: Population, Ns: list[int], deltas: list[float], reps: int
     if not ((d > 0) & (d < 1)).all():
         raise ValueError("deltas must lie in (0, 1)")
     Ns_arr = np.asarray(Ns)
-    q = np.array([np.quantile(run_trials(pop, int(n), reps, rng).sup_dev.cpu().numpy(), 1 - d) for n in Ns_arr])
-    x = np.sqrt(np.log(1 / d)[None, :] / Ns_arr[:, None])
+    trials = np.stack([run_trials(pop, int(n), reps, rng).sup_dev.cpu().numpy() for n in Ns_arr], axis=1)
+    q = np.quantile(trials, 1 - d, axis=0).T
+    x = form_x(Ns_arr, d)
     c = float(np.exp(np.mean(np.log(q / x))))
-    return DeltaScaling(Ns=Ns_arr, deltas=d, q=q, x=x, c=c, max_rel_dev=float(np.abs(q / (c * x) - 1).max()))
+    return DeltaScaling(Ns=Ns_arr, deltas=d, q=q, x=x, c=c, max_rel_dev=form_misfit(Ns_arr, d, "log", trials),
+                        trials=trials)
 
 
 def tail_quantiles(pop: Population, n: int, reps: int, deltas: list[float], rng: np.random.Generator
@@ -235,6 +342,20 @@ class TwoPoint:
     dense: np.ndarray
     exact: np.ndarray
     reps: int = 0
+    trials: np.ndarray | None = field(default=None, repr=False)  # (reps, ns): 1 where EUM erred
+
+
+def two_point_misfit(exact_at: np.ndarray, trials: np.ndarray) -> float:
+    """Largest ``|simulated − exact|`` error probability over the points, in standard errors of a frequency at
+    p = 1/2 (the largest): ``trials`` ``(reps, points)`` of 0/1 errors, ``exact_at`` the exact tails."""
+    return float(np.abs(trials.mean(0) - exact_at).max() / book_stats.proportion_se(0.5, trials.shape[0]))
+
+
+def two_point_z(tps: list[TwoPoint]) -> float:
+    """:func:`two_point_misfit` over every point of ``tps`` (one ``reps`` for all): a z-type statistic, compared
+    with a number of standard errors that already allows for the Monte-Carlo noise."""
+    trials = np.concatenate([tp.trials for tp in tps], axis=1)
+    return two_point_misfit(np.concatenate([tp.exact_at for tp in tps]), trials)
 
 
 def two_point_errors(eta: float, x: list[float], reps: int, rng: np.random.Generator, *,
@@ -243,7 +364,8 @@ def two_point_errors(eta: float, x: list[float], reps: int, rng: np.random.Gener
     has no rounding sawtooth) and compare with the exact tail ``P(Bin(N, 1/3 + η) < N/3)``."""
     p2 = two_point_population(eta, device=device, dtype=dtype)
     ns = np.unique(3 * np.maximum(1, np.round(np.asarray(x) / eta**2 / 3)).astype(int))
-    wrong = np.array([float((run_trials(p2, int(n), reps, rng).alpha_hat != 0.25).double().mean()) for n in ns])
+    trials = np.stack([(run_trials(p2, int(n), reps, rng).alpha_hat != 0.25).cpu().numpy() for n in ns], axis=1)
     dense = 3 * np.arange(1, ns.max() // 3 + 1)
-    return TwoPoint(eta=eta, ns=ns, wrong=wrong, exact_at=stats.binom.cdf(ns // 3 - 1, ns, 1 / 3 + eta),
-                    dense=dense, exact=stats.binom.cdf(dense // 3 - 1, dense, 1 / 3 + eta), reps=reps)
+    return TwoPoint(eta=eta, ns=ns, wrong=trials.mean(0), exact_at=stats.binom.cdf(ns // 3 - 1, ns, 1 / 3 + eta),
+                    dense=dense, exact=stats.binom.cdf(dense // 3 - 1, dense, 1 / 3 + eta), reps=reps,
+                    trials=trials.astype(float))

@@ -9,25 +9,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .method import StepCurves, Tensor, _check_types, envelope, mean_reward
+from .method import Envelope, StepCurves, Tensor, _check_types, envelope, mean_reward
 
 
-@dataclass
-class Population:
-    """A finite population of agent types with probabilities ``probs`` (the "true" distribution D)."""
+def _check_probs(probs: Tensor, n_types: int) -> None:
+    if probs.shape != (n_types,) or (probs < 0).any():
+        raise ValueError("probs must be a non-negative vector with one entry per type")
+    if not torch.isclose(probs.sum(), probs.new_tensor(1.0)):
+        raise ValueError("probs must sum to 1")
 
-    R: Tensor
-    c: Tensor
+
+class _Sampling:
+    """Sampling from a finite population of reward step functions ``env`` with probabilities ``probs``."""
+
+    env: Envelope
     probs: Tensor
-
-    def __post_init__(self) -> None:
-        _check_types(self.R, self.c)
-        if self.probs.shape != (self.R.shape[0],) or (self.probs < 0).any():
-            raise ValueError("probs must be a non-negative vector with one entry per type")
-        if not torch.isclose(self.probs.sum(), self.probs.new_tensor(1.0)):
-            raise ValueError("probs must sum to 1")
-        self.env = envelope(self.R, self.c)
-        self.truth = mean_reward(self.env, self.probs[None, :])
 
     def sample_weights(self, n: int, reps: int, rng: np.random.Generator) -> Tensor:
         """Empirical type frequencies of ``reps`` independent samples of ``n`` i.i.d. types: shape ``(reps, T)``.
@@ -38,11 +34,40 @@ class Population:
             raise ValueError(f"need n >= 1 and reps >= 1, got n={n}, reps={reps}")
         p = self.probs.detach().cpu().double().numpy()
         counts = rng.multinomial(n, p / p.sum(), size=reps)
-        return torch.as_tensor(counts, dtype=self.R.dtype, device=self.R.device) / n
+        return torch.as_tensor(counts, dtype=self.probs.dtype, device=self.probs.device) / n
 
     def empirical(self, weights: Tensor) -> StepCurves:
         """Empirical mean-reward curves for the sample frequencies ``weights`` (from :meth:`sample_weights`)."""
         return mean_reward(self.env, weights)
+
+
+@dataclass
+class Population(_Sampling):
+    """A finite population of agent types with probabilities ``probs`` (the "true" distribution D)."""
+
+    R: Tensor
+    c: Tensor
+    probs: Tensor
+
+    def __post_init__(self) -> None:
+        _check_types(self.R, self.c)
+        _check_probs(self.probs, self.R.shape[0])
+        self.env = envelope(self.R, self.c)
+        self.truth = mean_reward(self.env, self.probs[None, :])
+
+
+@dataclass
+class CurvePopulation(_Sampling):
+    """A finite population of arbitrary right-continuous reward step functions of α (``env``), not necessarily
+    the best responses of any agent: the control of notebook 05's claim C7, whose rewards need not be monotone.
+    EUM, the sup deviation and :func:`~repro.papers.contracts.run_trials` work on it unchanged."""
+
+    env: Envelope
+    probs: Tensor
+
+    def __post_init__(self) -> None:
+        _check_probs(self.probs, self.env.rewards.shape[0])
+        self.truth = mean_reward(self.env, self.probs[None, :])
 
 
 def random_types(n_types: int, n_actions: int, n_outcomes: int = 10, *, rng: np.random.Generator,
@@ -128,3 +153,27 @@ def staircase_population(n_types: int, n_actions: int, *, rng: np.random.Generat
     R, c = staircase_types(n_types, n_actions, rng=rng, concentration=concentration, spread=spread, device=device,
                            dtype=dtype)
     return Population(R=R, c=c, probs=torch.full((n_types,), 1.0 / n_types, dtype=dtype, device=device))
+
+
+def alternating_population(n_types: int, n_actions: int, *, rng: np.random.Generator, spread: float = 1.0,
+                           device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64
+                           ) -> CurvePopulation:
+    """The control of the number-of-actions test: ``n_types`` uniform types with ``n_actions − 1`` switches at
+    sorted uniforms in ``[0, spread)`` (as :func:`staircase_types`), whose reward *alternates* between 0 and 1 at
+    every switch (random phase per type) instead of climbing.
+
+    No agent behaves like this: a best response's reward is non-decreasing in α, the property the paper's proof
+    rests on. Without it, the sup deviation over α of ``k``-piece step functions can grow with ``k`` (more
+    nearly independent pieces to take the sup over), so a test that cannot tell this population from the
+    staircases cannot see the paper's point.
+    """
+    if n_types < 1 or n_actions < 2 or not 0 < spread <= 1:
+        raise ValueError("need n_types >= 1, n_actions >= 2 and spread in (0, 1]")
+    breaks = np.sort(rng.uniform(0, spread, size=(n_types, n_actions - 1)), axis=1)
+    phase = rng.integers(0, 2, size=(n_types, 1))
+    levels = (np.arange(n_actions)[None, :] + phase) % 2
+    env = Envelope(breaks=torch.as_tensor(breaks, dtype=dtype, device=device),
+                   rewards=torch.as_tensor(levels, dtype=dtype, device=device),
+                   actions=torch.arange(n_actions, device=device).expand(n_types, -1).contiguous())
+    return CurvePopulation(env=env, probs=torch.full((n_types,), 1.0 / n_types, dtype=dtype, device=device))
+
