@@ -184,6 +184,7 @@ def test_differences_accept_a_move_inside_the_interval_and_catch_verdict_changes
     assert evidence.differences(new, old) == []
     new[0]["measured"] = 2.6
     assert "outside the committed interval" in evidence.differences(new, old)[0]
+    assert evidence.differences(new, old, values=False) == []  # a verdict-stable-only notebook
     new[0].update(measured=2.0, verdict="inconclusive")
     assert "verdict inconclusive (committed: ~Re)" in evidence.differences(new, old)[0]
     new[1]["measured"] = 3.01
@@ -256,3 +257,20 @@ def test_the_table_shows_interval_control_n_and_the_revision_mark():
     assert report.fmt_value({"measured": 1.23456, "interval": [1.2, 1.3]}) == "1.235 [1.200, 1.300]"
     assert report.fmt_value({"measured": None, "interval": [None, None]}) == "n/a"
     assert report.fmt_value({"measured": 0.0123, "interval": [math.nan, math.nan]}) == "0.0123"
+
+
+def test_new_paper_gets_a_registry_skeleton_and_a_registry_notebook(tmp_path):
+    from repro.tools import scaffold
+
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "papers.yml").write_text('parts: [Optimization]\npapers:\n  "20": {slug: toy-paper, '
+                                                  'module: repro.papers.pogo, part: Optimization, title: "A toy"}\n')
+    (tmp_path / "_config.yml").write_text("repository: {url: 'https://github.com/o/r', branch: main}\n")
+    nb_path = scaffold.new_notebook(tmp_path, "20")
+    reg = tmp_path / "lib" / "repro" / "claims" / "20-toy-paper.yml"
+    entries = claims.load(reg)
+    assert list(entries) == ["C1"] and entries["C1"].control.compare == "difference"
+    text = nb_path.read_text()
+    assert "claims-registry" in text and "Measure(" in text and "NBVAL_CHECK_OUTPUT" not in text
+    with pytest.raises(FileExistsError, match="20-toy-paper"):
+        scaffold.new_notebook(tmp_path, "20")

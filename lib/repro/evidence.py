@@ -188,10 +188,12 @@ def _kept_items(entry: Entry, m: Measure) -> list[float]:
 # What must hold on any machine
 
 
-def differences(new: Sequence[Mapping[str, Any]], old: Sequence[Mapping[str, Any]]) -> list[str]:
+def differences(new: Sequence[Mapping[str, Any]], old: Sequence[Mapping[str, Any]], values: bool = True
+                ) -> list[str]:
     """How a run's registered claims differ from a committed run's in what must be the same on any machine:
-    the ids, every verdict, and each value at the precision its committed interval justifies (inside that
-    interval; an exact value to a relative 1e-6). Timing claims are not compared. Empty when they agree."""
+    the ids, every verdict, and (``values``) each value at the precision its committed interval justifies (inside
+    that interval; an exact value to a relative 1e-6). ``values=False`` for a notebook listed as verdict-stable
+    only (``numerics: verdicts`` in ``book/papers.yml``). Timing claims are not compared. Empty when they agree."""
     out = []
     new_ids, old_ids = [c["id"] for c in new], [c["id"] for c in old]
     if new_ids != old_ids:
@@ -201,7 +203,7 @@ def differences(new: Sequence[Mapping[str, Any]], old: Sequence[Mapping[str, Any
             continue
         if a["verdict"] != b["verdict"]:
             out.append(f"{a['id']}: verdict {a['verdict']} (committed: {b['verdict']})")
-        elif not _within(a.get("measured"), b):
+        elif values and not _within(a.get("measured"), b):
             out.append(f"{a['id']}: value {a.get('measured')!r} outside the committed {_span(b)}")
     return out
 

@@ -46,6 +46,7 @@ from . import evidence
 from .evidence import Measure
 from .tools import claims as registry
 from .tools import paths, provenance
+from .tools import registry as paper_registry
 
 __all__ = ["Claim", "ClaimFailed", "Measure", "ResultsChanged", "claims_markdown", "counts", "finish", "fmt"]
 
@@ -229,7 +230,9 @@ def _compare_with_committed(slug: str, records: list[dict[str, Any]]) -> None:
     if not path.exists():
         return
     old = provenance.read_json(path)
-    diffs = evidence.differences(records, old.get("claims", []))
+    entry = paper_registry.find(slug)
+    values = entry is None or entry.numerics == "values"
+    diffs = evidence.differences(records, old.get("claims", []), values=values)
     if diffs:
         raise ResultsChanged(f"{slug}: this run differs from {path} in what must hold on any machine: "
                              + "; ".join(diffs))

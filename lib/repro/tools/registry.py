@@ -12,6 +12,7 @@ import yaml
 from .paths import project_root
 
 REGISTRY = Path("book") / "papers.yml"
+NUMERICS = ("values", "verdicts")
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,16 @@ class Paper:
     module: str | None = None  # e.g. "repro.papers.pogo"; None until the paper has a module
     packages: tuple[str, ...] = field(default=())  # the paper's own libraries, recorded in its results
     gpu: bool = False  # full mode wants a GPU (the cluster runner requests one)
+    # What quick mode keeps between machines: "values" (every claim value inside its committed interval, or equal
+    # for exact evidence) or "verdicts" (chaotic training turns a last-bit difference into another draw, so values
+    # move; only the verdicts must hold). The reason goes in the comment beside the entry.
+    numerics: str = "values"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "packages", tuple(self.packages))
+        if self.numerics not in NUMERICS:
+            raise ValueError(f"book/papers.yml: paper {self.number}: numerics must be one of {NUMERICS}, "
+                             f"got {self.numerics!r}")
 
     @property
     def stem(self) -> str:
