@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _socket
 import errno
+import json
 import os
 import socket
 import subprocess
@@ -178,3 +179,30 @@ def test_uninstall_restores_the_environment():
         if was:
             offline.install()
 
+
+NET = ("from repro import runtime\nfrom repro.tools import offline\nrun = runtime.setup('{stem}', MODE, SEED, 'cpu')\n"
+       "import json, os, socket, subprocess, sys\n"
+       "child = subprocess.run([sys.executable, '-c', \"import socket; socket.create_connection(('0.0.0.0', 9), "
+       "timeout=5)\"], capture_output=True, text=True)\n"
+       "json.dump(dict(installed=offline.installed(), netns=os.readlink('/proc/self/ns/net'),\n"
+       "               ifaces=[n for _, n in socket.if_nameindex()], child=child.stderr), open('net.json', 'w'))")
+
+
+def test_runner_kernels_are_guarded_whatever_the_callers_environment(tmp_path, monkeypatch):
+    """D7 (probe 3.20): REPRO_OFFLINE=0 in the caller's environment left quick-mode kernels unguarded (the runner
+    only did setdefault). Where this machine allows an empty network namespace, kernels run in one (only lo)."""
+    from fixture_notebooks import make_notebook
+
+    from repro.tools import batch
+
+    (tmp_path / "results").mkdir()
+    make_notebook(tmp_path, "01-net", NET)
+    monkeypatch.setenv(offline.ENV, "0")
+    [out] = batch.run(tmp_path, "quick", progress=False)
+    assert out.status == "ok", out.error
+    info = json.loads((tmp_path / "notebooks" / "net.json").read_text())
+    assert info["installed"] and "offline guard: refused a connection" in info["child"]
+    if offline.network_isolation() is None:
+        assert info["netns"] != os.readlink("/proc/self/ns/net") and info["ifaces"] == ["lo"]
+    else:
+        assert info["netns"] == os.readlink("/proc/self/ns/net")  # in-process guard only: said in the docstring
