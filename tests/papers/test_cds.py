@@ -79,6 +79,62 @@ def test_cost_matrix_matches_loop(strategy):
     assert not np.allclose(D, D.T)  # asymmetric
 
 
+SMALLEST = """
+import json, sys
+import numpy as np, torch
+from repro.papers.cds import cds_cost_matrix
+X = np.random.default_rng(4).normal(size=(4, 5))
+X /= np.linalg.norm(X, axis=1, keepdims=True)
+X[3] = X[0]
+print(json.dumps([cds_cost_matrix(torch.tensor(X, dtype=dt)).tolist() for dt in (torch.float64, torch.float32)]))
+"""
+
+
+def test_identical_demos_are_zero_apart_and_have_no_curvature():
+    """The issue's smallest case: 4 unit rows in R^5, row 3 = row 0. The step 0 -> 3 has length exactly 0, so its
+    curvature is 0 (docstring, repo); Gram-matrix distances left ~1.5e-8 there and arccos made it 0.5. Run with the
+    machine's default BLAS kernels (the tests' portable environment happens to round that residue to 0 here)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from repro.tools.portable import QUICK_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in QUICK_ENV or k == "PYTHONHASHSEED"}
+    out = subprocess.run([sys.executable, "-c", SMALLEST], capture_output=True, text=True, env=env, check=True)
+    X = unit_rows(np.random.default_rng(4), 4, 5)
+    X[3] = X[0]
+    for D in map(np.array, json.loads(out.stdout)):
+        assert D[0, 3] == 0.0 and D[3, 0] == 0.0
+        assert D[1, 0] == D[1, 3] and D[2, 0] == D[2, 3]  # k(i, 0) is the copy of 0: a zero-length next step
+        np.testing.assert_allclose(D, loop_cost_matrix(X), atol=1e-6)
+    np.testing.assert_allclose(cds_cost_matrix(torch.tensor(X)).numpy(), loop_cost_matrix(X), atol=1e-12)
+
+
+def test_copies_of_a_demo_are_interchangeable():
+    """A pool like notebook 02's toy pools (16 demos, 5 distinct): swapping two copies of a demo changes no cost
+    (the old Gram-matrix lengths made copies differ by their rounding), a step between copies costs exactly 0,
+    float32 agrees with float64, and where the literal loop's nearest-midpoint demo is not a tie between copies of
+    x_i and x_j (the public code breaks that tie by rounding) the cost equals the loop's."""
+    rng = np.random.default_rng(5)
+    pool = unit_rows(rng, 5, 8)[rng.integers(0, 5, 16)]
+    D = cds_cost_matrix(torch.tensor(pool)).numpy()
+    same = (pool[:, None] == pool[None]).all(-1)
+    assert same.sum() > 16 and (D[same] == 0).all()
+    for a, b in zip(*np.nonzero(np.triu(same, 1)), strict=True):
+        others = [j for j in range(16) if j not in (a, b)]
+        assert (D[a, others] == D[b, others]).all() and (D[others, a] == D[others, b]).all()
+    np.testing.assert_allclose(cds_cost_matrix(torch.tensor(pool, dtype=torch.float32)).numpy(), D, atol=1e-5)
+    ref = loop_cost_matrix(pool)
+    for i, j in itertools.permutations(range(16), 2):
+        d = np.linalg.norm(pool - (pool[i] + pool[j]) / 2, axis=1)
+        d[[i, j]] = np.inf
+        tied = np.abs(d - d.min()) < 1e-12
+        if len({tuple(pool[k]) for k in np.nonzero(tied)[0]}) == 1:  # one nearest point (maybe several copies)
+            assert abs(D[i, j] - ref[i, j]) < 1e-7, (i, j)  # arccos near -1 turns the loop's 1e-16 into 1e-8
+
+
 def test_cost_matrix_batched_equals_single():
     X = torch.tensor(unit_rows(np.random.default_rng(1), 30, 5)).view(3, 10, 5)
     Db = cds_cost_matrix(X)

@@ -80,6 +80,31 @@ def test_lmo_of_zero_is_zero_and_unit_lengths():
         assert math.isclose(float(torch.linalg.vector_norm(d)), L.unit_length(name, (6, 4)), rel_tol=1e-9)
 
 
+def test_exact_spectral_lmo_of_zero_and_rank_deficient_gradients():
+    """D9: the exact spectral LMO is −U_r V_rᵀ over the nonzero singular values. A zero gradient gives 0 (the full
+    polar factor gave −[I; 0]); a rank-r gradient built from known orthonormal factors gives exactly −Σ u_i v_iᵀ
+    (no null-space directions). Reference: the constructed factors, and scipy's polar for the full-rank case."""
+    assert torch.equal(L.lmo_spectral(torch.zeros(4, 3)), torch.zeros(4, 3))
+    assert torch.equal(L.lmo_spectral(torch.zeros(2, 3, 5), batch_dims=1), torch.zeros(2, 3, 5))
+    rng = np.random.default_rng(8)
+    for (rows, cols), r in [((6, 4), 1), ((6, 4), 2), ((4, 6), 3), ((5, 5), 4)]:
+        U = np.linalg.qr(rng.standard_normal((rows, r)))[0]
+        V = np.linalg.qr(rng.standard_normal((cols, r)))[0]
+        m = U @ np.diag(rng.uniform(0.5, 3.0, r)) @ V.T
+        d = L.lmo_spectral(torch.from_numpy(m)).numpy()
+        np.testing.assert_allclose(d, -U @ V.T, atol=1e-10)
+        np.testing.assert_allclose(np.linalg.svd(d, compute_uv=False)[:r], 1.0, atol=1e-10)
+        assert np.linalg.matrix_rank(d) == r and np.isclose((m * d).sum(), -np.linalg.norm(m, "nuc"))
+    full = rng.standard_normal((6, 4))
+    np.testing.assert_allclose(L.lmo_spectral(torch.from_numpy(full)).numpy(), -polar_factor(full), atol=1e-10)
+    # the optimizer leaves a parameter with a zero gradient where it is
+    p = torch.nn.Parameter(torch.ones(4, 3))
+    opt = L.LMOMomentum([p], lr=0.1, lmo="spectral")
+    p.grad = torch.zeros(4, 3)
+    opt.step()
+    assert torch.equal(p.detach(), torch.ones(4, 3))
+
+
 def test_lmo_bad_input():
     with pytest.raises(ValueError, match="unknown LMO"):
         L.get_lmo("l1")

@@ -350,7 +350,35 @@ def test_not_orthonormal_at_the_first_step_raises_with_the_error_size():
     err = float(P.orthogonality_error(X.detach()).max())
     with pytest.raises(ValueError, match=f"{err:.3g}"):
         P.POGO([X], lr=0.1).step()
-    P.POGO([X], lr=0.1, check_tol=None).step()  # explicitly disabled
+    P.POGO([X], lr=0.1, check_tol=None, drift_tol=None).step()  # explicitly disabled (and off the manifold)
+
+
+def test_drift_off_the_manifold_warns_with_the_bound():
+    """D12: with the SGD base, lr 0.1 and gradients of 1e3 per entry, one step takes X ~1e13 from orthonormal; the
+    optimiser now says so (after step 1 and every check_every steps) instead of diverging silently. A gradient
+    within the bound (lr ||R||_2 << 1) stays silent; drift_tol=None turns the check off."""
+    for shape, rows in (((4, 3, 5), True), ((2, 6, 6), True), ((3, 7, 2), False)):
+        X0 = P.random_stiefel(shape[0], *sorted(shape[1:]), generator=gen(12), dtype=F64)
+        X0 = X0 if rows else X0.mT.contiguous()
+        big = X0.clone().requires_grad_()
+        big.grad = torch.full_like(big, 1e3)
+        with pytest.warns(RuntimeWarning, match=r"parameter 0 of group 0 is .* from orthonormal .* step 1.*lr \*"):
+            P.POGO([big], lr=0.1, rows=rows).step()
+        assert float(P.orthogonality_error(big.detach() if rows else big.detach().mT).max()) > 1.0  # it did drift
+        small = X0.clone().requires_grad_()
+        opt = P.POGO([small], lr=0.1, rows=rows, check_every=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(4):
+                small.grad = torch.randn(small.shape, generator=gen(13), dtype=F64)
+                opt.step()
+            off = X0.clone().requires_grad_()
+            off.grad = torch.full_like(off, 1e3)
+            P.POGO([off], lr=0.1, rows=rows, drift_tol=None).step()
+    with pytest.raises(ValueError, match="drift_tol"):
+        P.POGO([X0.clone().requires_grad_()], lr=0.1, rows=False, drift_tol=0)
+    with pytest.raises(ValueError, match="check_every"):
+        P.POGO([X0.clone().requires_grad_()], lr=0.1, rows=False, check_every=0)
 
 
 def test_shape_and_hyper_parameter_errors():
@@ -414,7 +442,7 @@ def test_quartic_lambda_with_zero_normal_part_and_in_the_optimiser():
     errs = {}
     for every in (-1, 1):
         Z = X.clone().requires_grad_()
-        opt = P.POGO([Z], lr=0.5, lambda_every=every)
+        opt = P.POGO([Z], lr=0.5, lambda_every=every, drift_tol=None)  # λ = ½ drifts by 0.3 here, on purpose
         worst = 0.0
         for _ in range(20):
             opt.zero_grad()

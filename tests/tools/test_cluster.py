@@ -110,8 +110,10 @@ def test_a_local_cluster_writes_what_the_sequential_runner_writes(tmp_path):
         assert unlibrary(a) == unlibrary(b)  # claims, metrics, versions, hardware, sources (notebook, modules used)
         assert a["claims"]
     assert "pyyaml" in json.loads((dist / "results/02-figure.json").read_text())["versions"]  # from papers.yml
-    for rel in ("results/figures/02-figure/dots.png", "results/figures/03-raises/dots.png"):
+    for rel in ("results/figures/02-figure/dots.png", "results/logs/03-raises.quick.failed/figures/03-raises/dots.png"):
         assert (seq / rel).read_bytes() == (dist / rel).read_bytes() == bytes(range(256))
+    for root in (seq, dist):  # a failed run's figures stay with its failed copy, out of results/figures
+        assert not (root / "results/figures/03-raises").exists()
     for rel in ("notebooks/01-ok.ipynb", "notebooks/02-figure.ipynb", "results/logs/03-raises.quick.failed.ipynb"):
         assert cells(seq / rel) == cells(dist / rel)  # executed in place (failed: kept in logs/), same outputs
     assert nbformat.read(dist / "notebooks/02-figure.ipynb", as_version=4).metadata.papermill.input_path == \
@@ -124,7 +126,7 @@ def test_a_local_cluster_writes_what_the_sequential_runner_writes(tmp_path):
             {k: v for k, v in unlibrary(ms[key]).items() if k not in VARIABLE}
         # the GPU: the sequential runner asks torch itself; a task reports its kernel's (these import no torch)
         assert {**md[key]["hardware"], "gpu": None} == ms[key]["hardware"]
-    assert not list(dist.glob("results/.tmp/*"))
+    assert not list(dist.glob("results/.tmp/*")) and not list(seq.glob("results/.tmp/*"))
 
 
 def test_a_worker_killed_mid_notebook_has_its_task_rerun(tmp_path):

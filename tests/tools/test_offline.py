@@ -1,10 +1,18 @@
 """The offline guard (repro.tools.offline): outside connections are refused with a clear error, loopback (a local
-socket server) and Unix sockets still work, and runtime.setup installs it when $REPRO_OFFLINE asks."""
+socket server) and Unix sockets still work, and runtime.setup installs it when $REPRO_OFFLINE asks. Issue 35 (D7):
+the paths that got past it (sendmsg, the C socket class, DNS, *.localhost names, child Pythons) are refused too;
+the runner's kernels are guarded whatever the caller's $REPRO_OFFLINE says, and run in an empty network namespace
+where the machine allows one."""
 
 from __future__ import annotations
 
+import _socket
 import errno
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -13,6 +21,9 @@ from repro import runtime
 from repro.tools import offline
 
 OUTSIDE = ("192.0.2.1", 80)  # TEST-NET-1 (RFC 5737): never routed, so nothing is reached even without the guard
+# Not loopback for the guard, yet a datagram or connect that got past it stays on this machine (Linux sends 0.0.0.0
+# to itself): the bypass tests below can fail without anything leaving the machine.
+HERE_BUT_NOT_LOOPBACK = ("0.0.0.0", 9)
 
 
 @pytest.fixture
@@ -121,3 +132,77 @@ def test_runtime_setup_installs_the_guard_when_asked(monkeypatch):
         offline.uninstall()
         if was:
             offline.install()
+
+
+def test_the_paths_that_got_past_the_guard_are_refused(guard):
+    """D7 (probes 3.4, 3.11-3.14, 3.17): sendmsg, the C base class _socket.socket, super().connect, the C
+    connect_ex, DNS and reverse lookups, and names under .localhost reached a syscall or the nameserver."""
+    T = HERE_BUT_NOT_LOOPBACK
+    attempts = {
+        "sendmsg": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendmsg([b"x"], [], 0, T),
+        "C class": lambda: _socket.socket(socket.AF_INET, socket.SOCK_STREAM).connect(T),
+        "super()": lambda: super(socket.socket, socket.socket()).connect(T),
+        "C connect_ex": lambda: _socket.socket.connect_ex(socket.socket(), T),
+        "C sendto": lambda: _socket.socket.sendto(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), b"x", T),
+        "DNS": lambda: socket.getaddrinfo("repro-probe.invalid", 80),
+        "gethostbyname": lambda: socket.gethostbyname("repro-probe.invalid"),
+        "reverse DNS": lambda: socket.gethostbyaddr("8.8.8.8"),
+        ".localhost": lambda: socket.socket().connect(("probe.localhost", 9)),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(offline.OfflineError, match="offline guard: refused"):
+            attempt()
+            pytest.fail(f"{name} got past the guard")
+    assert "repro-probe.invalid" in guard.refused and "8.8.8.8" in guard.refused
+    assert not offline.is_loopback(socket.AF_INET, ("probe.localhost", 9))  # a name is not trusted by its spelling
+    assert socket.getaddrinfo("localhost", 80) and socket.getaddrinfo("127.0.0.1", 80)  # no lookup leaves here
+
+
+def test_child_pythons_inherit_the_guard(guard):
+    """D7 (probe 3.15): a child Python inherited $REPRO_OFFLINE=1 but never installed the guard."""
+    code = "import socket; socket.create_connection(('0.0.0.0', 9), timeout=5)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "OfflineError" in out.stderr and "offline guard: refused a connection" in out.stderr
+    assert os.environ[offline.ENV] == "1" and str(offline.SITE_DIR) in os.environ["PYTHONPATH"].split(os.pathsep)
+
+
+def test_uninstall_restores_the_environment():
+    was = offline.installed()
+    offline.uninstall()
+    before = {k: os.environ.get(k) for k in (offline.ENV, "PYTHONPATH")}
+    try:
+        offline.install()
+        assert str(offline.SITE_DIR) in os.environ["PYTHONPATH"]
+        offline.uninstall()
+        assert {k: os.environ.get(k) for k in (offline.ENV, "PYTHONPATH")} == before
+    finally:
+        if was:
+            offline.install()
+
+
+NET = ("from repro import runtime\nfrom repro.tools import offline\nrun = runtime.setup('{stem}', MODE, SEED, 'cpu')\n"
+       "import json, os, socket, subprocess, sys\n"
+       "child = subprocess.run([sys.executable, '-c', \"import socket; socket.create_connection(('0.0.0.0', 9), "
+       "timeout=5)\"], capture_output=True, text=True)\n"
+       "json.dump(dict(installed=offline.installed(), netns=os.readlink('/proc/self/ns/net'),\n"
+       "               ifaces=[n for _, n in socket.if_nameindex()], child=child.stderr), open('net.json', 'w'))")
+
+
+def test_runner_kernels_are_guarded_whatever_the_callers_environment(tmp_path, monkeypatch):
+    """D7 (probe 3.20): REPRO_OFFLINE=0 in the caller's environment left quick-mode kernels unguarded (the runner
+    only did setdefault). Where this machine allows an empty network namespace, kernels run in one (only lo)."""
+    from fixture_notebooks import make_notebook
+
+    from repro.tools import batch
+
+    (tmp_path / "results").mkdir()
+    make_notebook(tmp_path, "01-net", NET)
+    monkeypatch.setenv(offline.ENV, "0")
+    [out] = batch.run(tmp_path, "quick", progress=False)
+    assert out.status == "ok", out.error
+    info = json.loads((tmp_path / "notebooks" / "net.json").read_text())
+    assert info["installed"] and "offline guard: refused a connection" in info["child"]
+    if offline.network_isolation() is None:
+        assert info["netns"] != os.readlink("/proc/self/ns/net") and info["ifaces"] == ["lo"]
+    else:
+        assert info["netns"] == os.readlink("/proc/self/ns/net")  # in-process guard only: said in the docstring

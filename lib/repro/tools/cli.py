@@ -4,8 +4,10 @@
   ``--cluster local:N|tcp://HOST:PORT``, ``--timeout S``, ``--cell-timeout S``, ``--seed K``), record
   ``results/manifest.json``, then sync the generated pages. One after another in this process by default; on
   Dask with ``--cluster`` (``--jobs N`` is ``--cluster local:N``; :mod:`repro.tools.cluster`). A notebook that
-  timed out is retried once. Exit 1 if any notebook failed or timed out, 2 on bad arguments or an unreachable
-  scheduler, 130 on Ctrl-C (finished notebooks stay written and recorded).
+  timed out is retried once. Exit 1 if any notebook failed or timed out (or ``results/`` could not be written:
+  the summary of what ran comes first), 2 on bad arguments, an unreadable notebook, results file or manifest
+  (named, left as it is) or an unreachable scheduler, 130 on Ctrl-C (finished notebooks stay written and
+  recorded).
 * ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
   Sphinx warnings are errors).
 * ``prepare``: build every offline asset the notebooks need (``repro.common.assets``), once.
@@ -13,12 +15,16 @@
 * ``sync``: regenerate ``_toc.yml``, ``book/results.md``, the README table and the notebooks' header and setup
   cells (``--check`` only reports what is stale, exit 1 if anything is: a generated file, or a result whose
   notebook changed since it was written; results whose library modules changed are warnings).
+
+``book``, ``sync`` and ``sync --check`` exit 2 with the file's name when a notebook, results file or the manifest
+cannot be read (never treating it as missing); ``--root`` that is not a checkout exits 2 as well.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .paths import check_mode, project_root
@@ -32,8 +38,32 @@ QUICK_CELL_TIMEOUT = 300.0
 def _root(arg: str | None) -> Path:
     root = Path(arg).resolve() if arg else project_root()
     if root is None or not (root / "notebooks").is_dir():
-        sys.exit("error: not inside the book's checkout (no book/papers.yml and lib/repro above here); use --root")
+        where = f"--root {arg}: not the book's checkout (no notebooks/ folder there)" if arg else (
+            "not inside the book's checkout (no book/papers.yml and lib/repro above here); use --root")
+        print(f"error: {where}", file=sys.stderr)
+        raise SystemExit(2)
     return root
+
+
+def _seconds(option: str) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        from .batch import check_seconds
+
+        try:
+            return check_seconds(option, float(value))  # type: ignore[return-value]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e) if "seconds" in str(e) else
+                                             f"{option} takes a number of seconds, got {value!r}") from None
+    return parse
+
+
+def _seed(value: str) -> int:
+    from .batch import check_seed
+
+    try:
+        return check_seed(int(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer in [0, 2**64 - 1], got {value!r}") from None
 
 
 def _mode(value: str) -> str:
@@ -65,12 +95,12 @@ def parser() -> argparse.ArgumentParser:
                         "uses a running `dask scheduler` (README: Running on a cluster)")
     r.add_argument("--stale", action="store_true",
                    help="only the notebooks whose results are stale or missing (their notebook or library changed)")
-    r.add_argument("--timeout", type=float, default=None,
+    r.add_argument("--timeout", type=_seconds("--timeout"), default=None,
                    help="seconds per notebook before it is killed (default: 900 in quick mode, none in full mode)")
-    r.add_argument("--cell-timeout", type=float, default=None,
+    r.add_argument("--cell-timeout", type=_seconds("--cell-timeout"), default=None,
                    help="seconds per cell before the notebook is stopped and reported (default: 300 in quick "
                         "mode, none in full mode); a timed-out notebook is retried once")
-    r.add_argument("--seed", type=int, default=0, help="SEED injected into every notebook (default 0)")
+    r.add_argument("--seed", type=_seed, default=0, help="SEED injected into every notebook (default 0)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
     b.add_argument("--no-strict", action="store_true", help="do not turn Sphinx warnings into errors")
@@ -85,43 +115,67 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     root = _root(args.root)
+    from .provenance import UnreadableFile
+
+    try:
+        return _command(args, root)
+    except UnreadableFile as e:  # a corrupt notebook, results file or manifest: named, never taken for missing
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, root: Path) -> int:
+    from . import batch, book
+    from .cluster import ClusterError  # imports no Dask
+
+    try:
+        quick = args.mode == "quick"
+        timeout = args.timeout if args.timeout is not None else (QUICK_TIMEOUT if quick else None)
+        cell_timeout = args.cell_timeout if args.cell_timeout is not None else (
+            QUICK_CELL_TIMEOUT if quick else None)
+        only = args.only
+        if args.stale:
+            wanted = {o.zfill(2) for o in only or []}
+            stale = [s for s in book.stale_results(root, args.mode) if not wanted or s.paper.number in wanted]
+            if not stale:
+                print("nothing stale: every selected result matches its notebook and library")
+                return 0
+            print("stale:\n" + "\n".join(f"  {s}" for s in stale))
+            only = sorted({s.paper.number for s in stale})
+        outcomes = batch.run(root, mode=args.mode, only=only, jobs=args.jobs, timeout=timeout,
+                             seed=args.seed, progress=not args.no_progress, cell_timeout=cell_timeout,
+                             cluster=args.cluster)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: the notebooks that finished are written and recorded in results/manifest.json "
+              "(python -m repro sync updates the pages)", file=sys.stderr)
+        return 130
+    except ClusterError as e:  # an unreachable scheduler
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except batch.RunError as e:  # results/ full or read-only: what ran, then why the run stopped
+        if e.outcomes:
+            print(batch.summary(e.outcomes))
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(batch.summary(outcomes))
+    if (root / "book" / "papers.yml").exists():
+        try:
+            book.sync(root)
+        except OSError as e:
+            print(f"error: the notebooks ran and are recorded, but the generated pages could not be updated "
+                  f"({e.strerror or e}: {e.filename}); run python -m repro sync once that is fixed", file=sys.stderr)
+            return 1
+    return 0 if all(o.status == "ok" for o in outcomes) else 1
+
+
+def _command(args: argparse.Namespace, root: Path) -> int:
     from . import book
 
     if args.cmd == "run":
-        from . import batch
-        from .cluster import ClusterError  # imports no Dask
-
-        try:
-            quick = args.mode == "quick"
-            timeout = args.timeout if args.timeout is not None else (QUICK_TIMEOUT if quick else None)
-            cell_timeout = args.cell_timeout if args.cell_timeout is not None else (
-                QUICK_CELL_TIMEOUT if quick else None)
-            only = args.only
-            if args.stale:
-                wanted = {o.zfill(2) for o in only or []}
-                stale = [s for s in book.stale_results(root, args.mode) if not wanted or s.paper.number in wanted]
-                if not stale:
-                    print("nothing stale: every selected result matches its notebook and library")
-                    return 0
-                print("stale:\n" + "\n".join(f"  {s}" for s in stale))
-                only = sorted({s.paper.number for s in stale})
-            outcomes = batch.run(root, mode=args.mode, only=only, jobs=args.jobs, timeout=timeout,
-                                 seed=args.seed, progress=not args.no_progress, cell_timeout=cell_timeout,
-                                 cluster=args.cluster)
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("\ninterrupted: the notebooks that finished are written and recorded in results/manifest.json "
-                  "(python -m repro sync updates the pages)", file=sys.stderr)
-            return 130
-        except ClusterError as e:  # an unreachable scheduler
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        print(batch.summary(outcomes))
-        if (root / "book" / "papers.yml").exists():
-            book.sync(root)
-        return 0 if all(o.status == "ok" for o in outcomes) else 1
+        return _run(args, root)
     if args.cmd == "prepare":
         from ..common import assets  # the one command that needs torch: it converts models
 

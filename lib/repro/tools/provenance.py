@@ -16,6 +16,11 @@ anything in the checkout is uncommitted (:func:`sources`):
 Hashes are ``sha256:`` and 16 hex digits over relative POSIX paths, sorted, with line endings normalised to LF,
 so they are the same on every machine and checkout. Imports no torch: :func:`hardware` reads torch's threads and
 GPU only if the caller already imported it.
+
+Reading what the book keeps (:func:`read_json`, :func:`read_results`, :func:`read_manifest`, :func:`read_notebook`)
+tells a missing file (``None``, or an empty manifest) from one that exists but cannot be used: that is an
+:class:`UnreadableFile` error naming the file and the parse error (line and column), never "no results" and never
+an empty manifest that the next write would put in its place.
 """
 
 from __future__ import annotations
@@ -35,6 +40,87 @@ from typing import Any
 from .paths import project_root
 
 BASE_PACKAGES = ("torch", "numpy", "scipy", "pandas", "matplotlib", "icml26-repro")
+
+
+class UnreadableFile(ValueError):
+    """A file the book keeps (a results record, the manifest, a notebook) exists but cannot be read or is not what
+    it should be. The message names the file, says what is wrong with it and how to get it back; the file is left
+    as it is."""
+
+    def __init__(self, path: Path, problem: str, fix: str = "restore it (e.g. from git) and try again"):
+        self.path = Path(path)
+        super().__init__(f"{shown(self.path)} {problem}; {fix}")
+
+
+def shown(path: Path) -> str:
+    """``path`` for a message: relative to the current folder when it lies inside it, else as given."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+def read_json(path: Path, fix: str | None = None) -> Any | None:
+    """The JSON value in ``path``; ``None`` if the file does not exist; :class:`UnreadableFile` (saying ``fix``)
+    if it exists but cannot be read or is not valid JSON (a merge conflict, a truncated write)."""
+    more = {} if fix is None else {"fix": fix}
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as e:
+        raise UnreadableFile(path, f"is not UTF-8 text ({e.reason} at byte {e.start})", **more) from None
+    except OSError as e:
+        raise UnreadableFile(path, f"cannot be read ({e.strerror or e})", **more) from None
+    try:
+        return json.loads(text)
+    except ValueError as e:  # json.JSONDecodeError says where: "Expecting ',' delimiter: line 3 column 5 (char 40)"
+        raise UnreadableFile(path, f"is not valid JSON ({e})", **more) from None
+
+
+def read_results(path: Path) -> dict[str, Any] | None:
+    """A results record ``results/NN-slug.json`` (:func:`repro.report.finish`): ``None`` if there is none,
+    :class:`UnreadableFile` if the file is not valid JSON or not a record (an object with a ``claims`` list)."""
+    fix = (f"restore it (git checkout -- {shown(path)}) or re-run its notebook "
+           f"(python -m repro run --only {Path(path).name[:2]})")
+    record = read_json(path, fix)
+    if record is None:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("claims"), list):
+        raise UnreadableFile(path, "is not a results record (a JSON object with a 'claims' list)", fix)
+    return record
+
+
+MANIFEST_FIX = ("it holds the run record of every notebook, so nothing overwrites it: repair it (after a merge "
+                "conflict keep the records of both sides) or move it aside, then try again")
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """``results/manifest.json``: ``{"notebooks": {}}`` if it does not exist yet; :class:`UnreadableFile` (the
+    file kept as it is) if it exists but is not valid JSON or not a manifest, so no run replaces its records."""
+    if not Path(path).exists():
+        return {"notebooks": {}}
+    data = read_json(path, MANIFEST_FIX)
+    if not isinstance(data, dict) or not isinstance(data.setdefault("notebooks", {}), dict):
+        raise UnreadableFile(path, "is not a run manifest (a JSON object with a 'notebooks' object)", MANIFEST_FIX)
+    return data
+
+
+def read_notebook(path: Path) -> Any:
+    """The notebook at ``path`` as an ``nbformat`` v4 node; :class:`UnreadableFile` (naming the file, and the line
+    and column where its JSON breaks) if it is missing, truncated or not a notebook."""
+    import nbformat
+
+    fix = f"restore it (git checkout -- {shown(path)}, or from a backup)"
+    data = read_json(path, fix)
+    if data is None:
+        raise UnreadableFile(path, "does not exist", "check the path")
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise UnreadableFile(path, "is not a notebook (a JSON object with a 'cells' list)", fix)
+    try:
+        return nbformat.reads(json.dumps(data), as_version=4)
+    except Exception as e:  # nbformat raises assorted errors for a notebook it cannot convert
+        raise UnreadableFile(path, f"is not a notebook nbformat can read ({type(e).__name__}: {e})", fix) from None
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -177,7 +263,9 @@ def changed_files(recorded: Mapping[str, str], package: Path | None = None) -> l
 def notebook_source_hash(nb: Path | Mapping[str, Any]) -> str:
     """The hash of a notebook's own source cells (see the module docstring): cell type and source, in order."""
     if isinstance(nb, Path):
-        nb = json.loads(nb.read_text(encoding="utf-8"))
+        path, nb = nb, read_json(nb, f"restore it (git checkout -- {shown(nb)}, or from a backup)")
+        if not isinstance(nb, dict):
+            raise UnreadableFile(path, "does not exist" if nb is None else "is not a notebook", "check the path")
     parts = []
     for cell in nb.get("cells", []):
         tags = cell.get("metadata", {}).get("tags", [])

@@ -52,28 +52,37 @@ def _angle(dot: Tensor, n1: Tensor, n2: Tensor) -> Tensor:
 def cds_cost_matrix(E: Tensor, euclid_w: float = 0.2, curv_w: float = 1.0, strategy: str = "cds") -> Tensor:
     """The asymmetric CDS cost ``D`` (paper's Principle 2; repo ``create_distance_matrix``), ``(n, n)`` or batched.
 
-    Computed through the Gram matrix ``G``: ``||m_ij - x_k||^2 = ||x_k||^2 - (G_ik + G_jk) + const(i, j)``, and
-    ``(x_j - x_i).(x_k - x_j) = G_jk - G_jj - G_ik + G_ij``. The diagonal is 0 (never used by a tour).
+    The lengths are computed from the differences of the rows (``torch.cdist`` without the Gram-matrix shortcut),
+    as the repo subtracts the rows: two identical demos are exactly 0 apart, so a step between them has no angle
+    (curvature 0, as in the repo), where ``||x_i||^2 + ||x_j||^2 - 2 G_ij`` leaves a rounding residue of ~1e-8
+    that ``arccos`` would turn into an arbitrary angle. The dot product of the two steps comes from the same
+    lengths (polarisation: ``a.b = (|a + b|^2 - |a|^2 - |b|^2) / 2`` with ``a = x_j - x_i``, ``b = x_k - x_j``), so
+    it is exactly 0 when either step is. ``k`` comes from the same lengths too: ``||m_ij - x_k||^2 =
+    (||x_i - x_k||^2 + ||x_j - x_k||^2) / 2 - ||x_i - x_j||^2 / 4`` (Apollonius), symmetric in ``i`` and ``j``, so a
+    copy of ``x_i`` and a copy of ``x_j`` are exactly tied as ``k``. That tie goes to the copy of ``x_j`` (the next
+    step then has length 0: curvature 0; a copy of ``x_i`` would make it a reversal, curvature 1), other ties to
+    the lowest index; so copies of a demo are interchangeable (relabelling them changes no cost). The public code
+    breaks that tie by the rounding of its midpoint. The diagonal is 0 (never used by a tour).
     """
     if strategy not in ("cds", "high_curvature"):
         raise ValueError(f"strategy must be 'cds' or 'high_curvature', got {strategy!r}")
     X = _check_embeddings(E)
     n = X.shape[-2]
-    G = X @ X.transpose(-1, -2)
-    sq = G.diagonal(dim1=-2, dim2=-1)
-    dist = (sq[..., :, None] + sq[..., None, :] - 2 * G).clamp_min(0).sqrt()
-    dist = dist * (1 - torch.eye(n, dtype=dist.dtype, device=dist.device))
-    # k(i, j): the point nearest the midpoint of x_i and x_j, excluding i and j (squared distance up to a const)
-    to_mid = sq[..., None, None, :] - (G[..., :, None, :] + G[..., None, :, :])  # [.., i, j, k]
+    # ||x_i - x_j|| from the differences themselves: exactly 0 for identical rows (and on the diagonal)
+    dist = torch.cdist(X, X, compute_mode="donot_use_mm_for_euclid_dist")
+    d2 = dist.square()
+    # k(i, j): the point nearest the midpoint of x_i and x_j, excluding i and j (squared distance, up to a const)
+    to_mid = d2[..., :, None, :] + d2[..., None, :, :]  # [.., i, j, k]
     idx = torch.arange(n, device=X.device)
     excluded = (idx[:, None, None] == idx[None, None, :]) | (idx[None, :, None] == idx[None, None, :])
-    k = to_mid.masked_fill(excluded, math.inf).argmin(-1)  # [.., i, j]
-    Gk_j = torch.gather(G, -1, k.transpose(-1, -2)).transpose(-1, -2)  # G[j, k(i, j)]
-    Gk_i = torch.gather(G, -1, k)  # G[i, k(i, j)]
-    dot = Gk_j - sq[..., None, :] - Gk_i + G
-    sq_k = torch.gather(sq[..., None, :].expand_as(G), -1, k)
-    n_jk = (sq_k + sq[..., None, :] - 2 * Gk_j).clamp_min(0).sqrt()
-    # curv(i, j) = angle(x_j - x_i, x_k - x_j) / pi, 0 on the diagonal
+    to_mid = to_mid.masked_fill(excluded, math.inf)
+    tied = to_mid == to_mid.amin(-1, keepdim=True)
+    copy_of_j = tied & (d2[..., None, :, :] == 0)  # d2[j, k] == 0: k is a copy of x_j
+    k = torch.where(copy_of_j.any(-1, keepdim=True), copy_of_j, tied).to(torch.uint8).argmax(-1)  # first: [.., i, j]
+    n_jk = torch.gather(dist, -1, k.transpose(-1, -2)).transpose(-1, -2)  # ||x_k(i,j) - x_j||, from row j
+    n_ik = torch.gather(dist, -1, k)  # ||x_k(i,j) - x_i||
+    dot = 0.5 * (n_ik.square() - d2 - n_jk.square())  # (x_j - x_i).(x_k - x_j)
+    # curv(i, j) = angle(x_j - x_i, x_k - x_j) / pi, 0 on the diagonal and where a step has zero length
     curv = _angle(dot, dist, n_jk) / math.pi
     curv = curv * (1 - torch.eye(n, dtype=curv.dtype, device=curv.device))
     if strategy == "high_curvature":

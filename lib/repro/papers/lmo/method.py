@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.optim import Optimizer
 
-from ...common.linalg import newton_schulz5, polar
+from ...common.linalg import newton_schulz5
 
 Tensor = torch.Tensor
 
@@ -65,7 +65,11 @@ def lmo_spectral(m: Tensor, batch_dims: int = 0, method: str = "svd", steps: int
                  ns_dtype: torch.dtype | str | None = "auto") -> Tensor:
     """Spectral-norm-ball LMO ``−U Vᵀ`` for ``m = U Σ Vᵀ`` (Muon), on the last two dims.
 
-    ``method="svd"`` is exact (``torch.linalg.svd``); ``method="ns5"`` is Muon's Newton–Schulz approximation
+    ``method="svd"`` is exact (``torch.linalg.svd``), over the nonzero singular values only
+    (:func:`_polar_of_range`): the minimal-norm minimiser, so a zero ``m`` maps to zero as the other LMOs, Muon's
+    Newton–Schulz and ``method="ns5"`` do, and a rank-deficient ``m`` adds no null-space directions (the full polar
+    factor would add LAPACK's arbitrary basis of the null space, a step of ``lr·√min(rows, cols)`` for a zero
+    gradient); ``method="ns5"`` is Muon's Newton–Schulz approximation
     (:func:`repro.common.linalg.newton_schulz5`) in working precision ``ns_dtype`` (``"auto"``: bfloat16 on CUDA
     as Muon does, the input's dtype elsewhere). Both are invariant to the scale of ``m``; each matrix is divided by
     its largest entry first, so that extreme scales neither under- nor overflow (Muon's ``G/(‖G‖_F + 1e-7)``
@@ -74,12 +78,21 @@ def lmo_spectral(m: Tensor, batch_dims: int = 0, method: str = "svd", steps: int
     _check_batch_dims(m, batch_dims, need_matrix=True)
     m = _scaled(m, (-2, -1))
     if method == "svd":
-        return -polar(m)
+        return -_polar_of_range(m)
     if method == "ns5":
         if ns_dtype == "auto":
             ns_dtype = torch.bfloat16 if m.device.type == "cuda" else None
         return -newton_schulz5(m, steps=steps, dtype=ns_dtype)
     raise ValueError(f"unknown spectral LMO method {method!r}; use 'svd' or 'ns5'")
+
+
+def _polar_of_range(m: Tensor) -> Tensor:
+    """``U_r V_rᵀ`` over the singular values of each matrix above ``max(rows, cols)·eps·σ_max`` (NumPy's
+    ``matrix_rank`` tolerance): the polar factor restricted to the range of ``m``; 0 for a zero matrix."""
+    U, S, Vh = torch.linalg.svd(m, full_matrices=False)
+    tol = S[..., :1] * (max(m.shape[-2:]) * torch.finfo(m.dtype).eps)
+    keep = (S > tol).to(m.dtype)  # σ_max = 0 (a zero matrix) keeps nothing
+    return (U * keep[..., None, :]) @ Vh
 
 
 def get_lmo(name: str) -> Callable[..., Tensor]:

@@ -85,7 +85,7 @@ def make_optimizer(method: str, X0: Tensor, lr: float,
         return X, Landing([X], lr=lr, rows=rows), None
     base = {"POGO (SGD)": SGDBase(), "POGO (SGD-mom 0.3)": SGDBase(momentum=0.3),
             "POGO (VectorAdam)": VectorAdamBase()}[method]
-    return X, POGO([X], lr=lr, base=base, rows=rows), None
+    return X, POGO([X], lr=lr, base=base, rows=rows, drift_tol=None), None  # the sweeps watch the drift themselves
 
 
 def stepper(method: str, X0: Tensor, G: Tensor, lr: float = 0.1) -> Callable[[], object]:

@@ -6,6 +6,7 @@ The package docstring (:mod:`repro.papers.pogo`) states the conventions and the 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -331,12 +332,30 @@ class POGO(torch.optim.Optimizer):
     :class:`VectorAdamBase` or :class:`MuonBase`. ``lambda_every = k > 0`` uses the quartic-minimising ``λ`` every
     ``k`` steps, else ``λ = ½``. Parameters with ``grad=None`` are skipped. The step is written into the
     parameter in place; on the CPU it runs in cache-sized blocks of matrices (``block_bytes``, default
-    :data:`CPU_BLOCK_BYTES`; 0 = the whole batch at once; see :func:`pogo_update`)."""
+    :data:`CPU_BLOCK_BYTES`; 0 = the whole batch at once; see :func:`pogo_update`).
+
+    **Step-size bound.** POGO never projects: the normal correction (one Newton–Schulz step) pulls ``M`` back only
+    if ``M`` is close enough. On the manifold ``M Mᵀ = I + lr² R Rᵀ``, so each singular value of ``M`` is
+    ``s = √(1 + lr² ρ²)`` (``ρ`` a singular value of the relative gradient ``R``, ``‖R‖₂ <= ‖D‖₂`` for the base
+    direction ``D``) and the correction maps it to ``s (3 − s²) / 2``: the distance after a step is about
+    ``¾ (lr ρ)⁴`` while ``lr·‖R‖₂ ≪ 1``, it is of order 1 near ``lr·‖R‖₂ = 1`` and the step collapses
+    (``s = √3`` maps to 0) or blows up past ``lr·‖R‖₂ = √2``. The SGD base passes the gradient on unscaled, so a
+    large gradient breaks the bound (with lr 0.1, gradients of 1e3 per entry gave a distance of 1e13 after one
+    step); VectorAdam and Muon bases normalise it. Hence ``drift_tol``: after the first step and every
+    ``check_every`` steps, a :class:`RuntimeWarning` names the parameter when its largest ``‖X Xᵀ − I‖_F``
+    exceeds ``drift_tol`` (or is NaN); ``drift_tol=None`` turns the check off (one ``p × p`` product per checked
+    step)."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float,
                  base: SGDBase | VectorAdamBase | None = None, weight_decay: float = 0.0, lambda_every: int = -1,
-                 rows: bool = True, check_tol: float | None = 1e-3, block_bytes: int | None = None):
+                 rows: bool = True, check_tol: float | None = 1e-3, block_bytes: int | None = None,
+                 drift_tol: float | None = 0.1, check_every: int = 100):
         _check_lr(lr)
+        if drift_tol is not None and not drift_tol > 0:
+            raise ValueError(f"drift_tol must be > 0 or None, got {drift_tol}")
+        if not isinstance(check_every, int) or check_every < 1:
+            raise ValueError(f"check_every must be an int >= 1, got {check_every!r}")
+        self.drift_tol, self.check_every = drift_tol, check_every
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         if not isinstance(lambda_every, int):
@@ -364,6 +383,20 @@ class POGO(torch.optim.Optimizer):
                 f"POGO needs orthonormal parameters at the first step (it never projects); {where} has "
                 f"max ||X X^T - I||_F = {err:.3g} > {bound:.3g}. Initialise it with repro.papers.pogo.random_stiefel, "
                 f"a QR factor or the polar factor U V^T of its SVD (or pass check_tol=None).")
+
+    def _check_drift(self, param: Tensor, rows: bool, step: int, where: str) -> None:
+        """Warn when ``param`` left the manifold (see the class docstring), after step 1 and every
+        ``check_every`` steps."""
+        if self.drift_tol is None or not (step == 1 or step % self.check_every == 0):
+            return
+        X = _as_batch(param, rows)
+        err = float(orthogonality_error(X).max()) if X.shape[0] else 0.0
+        if not err <= self.drift_tol:
+            warnings.warn(
+                f"POGO: {where} is {err:.3g} from orthonormal (max ||X X^T - I||_F) after step {step}, more than "
+                f"drift_tol={self.drift_tol:g}. POGO never projects: the step must keep lr * ||R||_2 well below 1 "
+                "(R the relative gradient; the SGD base passes large gradients on unscaled). Lower lr, clip the "
+                "gradient or use VectorAdamBase / MuonBase.", RuntimeWarning, stacklevel=5)  # past torch's wrappers
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # noqa: D102 (torch.optim.Optimizer API)
@@ -394,10 +427,12 @@ class POGO(torch.optim.Optimizer):
                     X_new = normal_correction(M, solve_lambda_quartic(M, M - (M @ M.mT) @ M))
                 elif _shares_memory(X, param):  # X is a view of the parameter: step it in place, block by block
                     pogo_update(X, D, lr, out=X, block_bytes=group.get("block_bytes"))
+                    self._check_drift(param, rows, state["step"], f"parameter {pi} of group {gi}")
                     continue
                 else:
                     X_new = pogo_update(X, D, lr, block_bytes=group.get("block_bytes"))
                 param.copy_((X_new if rows else X_new.mT).reshape(param.shape))
+                self._check_drift(param, rows, state["step"], f"parameter {pi} of group {gi}")
         return loss
 
 
