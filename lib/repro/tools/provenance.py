@@ -164,16 +164,6 @@ def strict_json(x: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file, with an error that names the file when it cannot be read or parsed."""
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as err:
-        raise OSError(f"{path}: cannot read ({err.strerror})") from err
-    except ValueError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from err
-
-
 def git_revision(root: Path | None = None) -> str | None:
     """``git describe``-style revision of the checkout (with ``-dirty``), or ``None`` outside git."""
     try:
