@@ -185,6 +185,8 @@ def test_differences_accept_a_move_inside_the_interval_and_catch_verdict_changes
     new[0]["measured"] = 2.6
     assert "outside the committed interval" in evidence.differences(new, old)[0]
     assert evidence.differences(new, old, values=False) == []  # a verdict-stable-only notebook
+    assert "the same CPU must give the same numbers" in evidence.differences(new, old, values="exact")[0]
+    assert evidence.differences(old, [dict(c) for c in old], values="exact") == []
     new[0].update(measured=2.0, verdict="inconclusive")
     assert "verdict inconclusive (committed: ~Re)" in evidence.differences(new, old)[0]
     new[1]["measured"] = 3.01
@@ -234,8 +236,15 @@ def test_finish_compares_with_the_committed_results(results, tmp_path, monkeypat
     finish("99-test", mode="quick", seed=0, claims=good, display=False, registry_entries=REG)
     committed = tmp_path / "committed"
     committed.mkdir()
-    (committed / "99-test.json").write_text((results / "99-test.json").read_text())
+    rec = json.loads((results / "99-test.json").read_text())
+    (committed / "99-test.json").write_text(json.dumps(rec))
     monkeypatch.setenv(report.COMPARE_ENV, str(committed))
+    moved = {"C1": Measure([5.5, 6.2, 7.1], control=[1.0, 2.2, 2.8]), "K1": 0}
+    with pytest.raises(ResultsChanged, match="same kind of CPU"):  # committed on this CPU: every number equal
+        finish("99-test", mode="quick", seed=0, claims=moved, display=False, registry_entries=REG)
+    finish("99-test", mode="quick", seed=0, claims=good, display=False, registry_entries=REG)
+    rec["hardware"]["cpu"] = "another CPU"  # from here on: committed on another kind of CPU
+    (committed / "99-test.json").write_text(json.dumps(rec))
     moved = {"C1": Measure([5.5, 6.2, 7.1], control=[1.0, 2.2, 2.8]), "K1": 0}  # 4.27, inside [3.5, 4.5]
     finish("99-test", mode="quick", seed=0, claims=moved, display=False, registry_entries=REG)
     far = {"C1": Measure([6.5, 6.9, 7.1], control=[1.0, 2.2, 2.8]), "K1": 0}  # 4.83: same verdict, outside

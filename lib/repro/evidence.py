@@ -188,12 +188,13 @@ def _kept_items(entry: Entry, m: Measure) -> list[float]:
 # What must hold on any machine
 
 
-def differences(new: Sequence[Mapping[str, Any]], old: Sequence[Mapping[str, Any]], values: bool = True
+def differences(new: Sequence[Mapping[str, Any]], old: Sequence[Mapping[str, Any]], values: bool | str = True
                 ) -> list[str]:
-    """How a run's registered claims differ from a committed run's in what must be the same on any machine:
-    the ids, every verdict, and (``values``) each value at the precision its committed interval justifies (inside
-    that interval; an exact value to a relative 1e-6). ``values=False`` for a notebook listed as verdict-stable
-    only (``numerics: verdicts`` in ``book/papers.yml``). Timing claims are not compared. Empty when they agree."""
+    """How a run's claims differ from a committed run's: the ids, every verdict, and (``values=True``) each value at
+    the precision its committed interval justifies (inside that interval; an exact value to a relative 1e-6), or
+    (``values="exact"``, two runs on the same kind of CPU) each value and interval exactly. ``values=False`` for a
+    notebook listed as verdict-stable only (``numerics: verdicts`` in ``book/papers.yml``) and for old-style claims.
+    Timing claims are not compared. Empty when they agree."""
     out = []
     new_ids, old_ids = [c["id"] for c in new], [c["id"] for c in old]
     if new_ids != old_ids:
@@ -203,9 +204,27 @@ def differences(new: Sequence[Mapping[str, Any]], old: Sequence[Mapping[str, Any
             continue
         if a["verdict"] != b["verdict"]:
             out.append(f"{a['id']}: verdict {a['verdict']} (committed: {b['verdict']})")
-        elif values and not _within(a.get("measured"), b):
+        elif values == "exact" and not _same(a, b):
+            out.append(f"{a['id']}: value {a.get('measured')!r} {a.get('interval')!r}, committed "
+                       f"{b.get('measured')!r} {b.get('interval')!r} (the same CPU must give the same numbers)")
+        elif values is True and not _within(a.get("measured"), b):
             out.append(f"{a['id']}: value {a.get('measured')!r} outside the committed {_span(b)}")
     return out
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal measured values (and intervals, where recorded), NaN equal to NaN (JSON ``null``)."""
+    pairs = [(a.get("measured"), b.get("measured"))]
+    pairs += list(zip(a.get("interval") or [], b.get("interval") or [], strict=False))
+    for x, y in pairs:
+        if isinstance(x, str) or isinstance(y, str):
+            if x != y:
+                return False
+            continue
+        u, v = _num(x), _num(y)
+        if not (u == v or (math.isnan(u) and math.isnan(v))):
+            return False
+    return True
 
 
 def _num(x: Any) -> float:

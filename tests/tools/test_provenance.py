@@ -208,3 +208,9 @@ def test_run_stale_reexecutes_only_the_stale_notebooks(tmp_path):
         tmp_path / "notebooks" / "02-b.ipynb")
     assert man["02-b"]["sources"] == {k: v for k, v in json.loads(
         (tmp_path / "results" / "02-b.json").read_text())["sources"].items() if k in ("notebook", "library", "commit")}
+
+
+def test_cpu_identity_is_stable_and_recorded_with_the_hardware():
+    a, b = provenance.cpu_identity(), provenance.cpu_identity()
+    assert a == b and set(a) == {"cpu", "cpu_flags"} and all(isinstance(v, str) and v for v in a.values())
+    assert {"cpu", "cpu_flags"} <= set(provenance.hardware())

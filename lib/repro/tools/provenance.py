@@ -344,11 +344,32 @@ def versions(packages: Iterable[str] = ()) -> dict[str, str]:
     return found
 
 
+def cpu_identity() -> dict[str, str]:
+    """The CPU as numerical libraries see it: vendor and model (``/proc/cpuinfo``, else ``platform.processor()``) and
+    a hash of its feature flags. Two runs whose identities agree ran on the same kind of CPU, where quick mode must
+    give bit-identical numbers; elsewhere only what the evidence contract guarantees must agree."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("vendor_id", "model name", "flags") and key not in fields:
+                fields[key] = value.strip()
+            if len(fields) == 3:
+                break
+    except OSError:
+        pass
+    model = " ".join(v for v in (fields.get("vendor_id"), fields.get("model name")) if v) or platform.processor()
+    flags = " ".join(sorted(fields.get("flags", "").split()))
+    return {"cpu": model or "unknown", "cpu_flags": digest([("flags", flags)]) if flags else "unknown"}
+
+
 def hardware() -> dict[str, Any]:
-    """The machine in a few fields: OS, CPU, core count, torch threads and the GPU if any."""
+    """The machine in a few fields: OS, CPU (:func:`cpu_identity`), core count, torch threads and the GPU if any."""
     info: dict[str, Any] = {
         "platform": platform.platform(terse=True),
         "machine": platform.machine(),
+        **cpu_identity(),
         "cpu_count": os.cpu_count(),
     }
     torch = sys.modules.get("torch")
