@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .tools import offline, paths, registry
+from .tools import offline, paths, registry, trace
 from .tools.paths import MODES, check_mode
 
 __all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "seed_everything", "setup"]
@@ -120,7 +120,8 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     deterministic algorithms on CPU, so two runs give identical numbers. Full mode keeps torch's default
     threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are recorded with the results.
     With ``$REPRO_OFFLINE`` set (the batch runner and the tests set it), every non-loopback network connection
-    is refused from here on (:mod:`repro.tools.offline`).
+    is refused from here on (:mod:`repro.tools.offline`). With ``$REPRO_TRACE`` set, every torch operation from
+    here on is hashed into that log (:mod:`repro.tools.trace`: which operation differs between two runs).
     """
     if not isinstance(slug, str) or not SLUG_RE.match(slug):
         raise ValueError(f"setup() takes the notebook's slug 'NN-name' first, got {slug!r}")
@@ -133,6 +134,7 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
             torch.use_deterministic_algorithms(True)
     rng = seed_everything(seed)
     entry = registry.find(slug)
+    trace.install_if_requested()
     start_clock()
     return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())
 
