@@ -55,7 +55,13 @@ PRESETS: dict[str, dict[str, str]] = {
     # MKL (torch's BLAS/LAPACK) on its SSE4.2 branch
     "mkl-sse42": {"MKL_CBWR": "SSE4_2,STRICT"},
 }
-PRESETS["other"] = {**PRESETS["npy-avx2"], **PRESETS["onednn-sse41"]}  # what a real other machine can change
+# the MKL branch AMD CPUs run is not Intel's (MKL honours MKL_CBWR's ISA branches on Intel only): COMPATIBLE vs AUTO
+PRESETS["mkl-compatible"] = {"MKL_CBWR": "COMPATIBLE"}
+# the environment before issue 44's fixes (the committed outputs): B = the unfixed code, for the cost of the fixes
+PRESETS["before-44"] = dict(portable.BEFORE_44)
+# what another AVX2 machine can change that QUICK_ENV must absorb: oneDNN's blocking, NumPy's AVX-512 loops, MKL's
+# dispatch on a CPU with fewer features
+PRESETS["other"] = {**PRESETS["npy-avx2"], **PRESETS["onednn-sse41"], "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 TIMEOUT = 900.0
 
 
@@ -85,6 +91,7 @@ class Comparison:
     metrics_total: int = 0
     max_rel: float = 0.0
     trace_report: str | None = None
+    trace_identical: bool | None = None  # None: not traced
     isolate_report: str | None = None
 
     def line(self) -> str:
@@ -93,7 +100,8 @@ class Comparison:
             err = (self.a.error if self.a.status != "ok" else self.b.error) or ""
             return f"{self.notebook:36s} {t}  run failed: A {self.a.status}, B {self.b.status}: {err[:300]}"
         if self.verdict == "identical":
-            return f"{self.notebook:36s} {t}  identical ({self.metrics_total} metrics)"
+            inner = {None: "", True: ", every traced tensor too", False: "; intermediate tensors differ"}
+            return f"{self.notebook:36s} {t}  identical ({self.metrics_total} metrics){inner[self.trace_identical]}"
         claims = ", ".join(f"{c} {_fmt(x)} -> {_fmt(y)}" for c, x, y, _ in self.changed[:8])
         more = f" (+{len(self.changed) - 8} more)" if len(self.changed) > 8 else ""
         verdicts = "; verdicts: " + ", ".join(f"{c} {x} -> {y}" for c, x, y in self.verdicts) if self.verdicts else ""
@@ -261,6 +269,7 @@ def compare(root: Path, notebook: Path, b_env: Mapping[str, str] | None, scratch
     if traced and a.trace and b.trace:
         d = trace.diff(a.trace, b.trace)
         c.trace_report = d.report()
+        c.trace_identical = d.identical
         if isolate and d.kind == "values" and d.first_op and d.first_op[0]:
             n = d.first_op[0].n
             dumps = []
