@@ -111,3 +111,18 @@ def test_importing_the_tracer_imports_no_torch():
     code = "import sys, repro.tools.trace; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_run_traced_against_a_reference_stops_at_its_first_difference(tmp_path):
+    a, b = tmp_path / "a.trace", tmp_path / "b.trace"
+    _record(a)
+    with pytest.raises(trace.TraceStop, match="aten.exp.default"):
+        _record(b, perturb=True, against=a)
+    n = trace.diff(a, b).first_op[0].n
+    assert b.read_text().splitlines()[-1].split("\t")[:3] == [str(n), "op", "aten.exp.default"]  # stopped there
+    with pytest.raises(trace.TraceStop):
+        _record(tmp_path / "a-at.trace", at=n)  # the reference, up to that operation
+    report = trace.compare_dumps(tmp_path / f"a-at.trace.op{n}.pt", tmp_path / f"b.trace.op{n}.pt")
+    assert "inputs are identical" in report and "max 1 ulp" in report
+    _record(tmp_path / "c.trace", against=a)  # an identical run goes to its end
+    assert trace.diff(a, tmp_path / "c.trace").identical

@@ -17,10 +17,11 @@ like a checkout (as a cluster task is), with ``$REPRO_RESULTS_DIR`` in that fold
 ``--b committed`` compares A with the committed results instead (the machine that made them is a real other
 machine); ``--b none`` runs B as A (two runs, same environment: bit-identical reruns).
 
-With ``--trace`` both runs are traced and the first differing operation is named (op, shapes, call site in
-``lib/repro``, notebook cell); ``--isolate`` then reruns both up to that operation, dumps its inputs and outputs and
-says whether the inputs were identical (then this kernel depends on the environment) and by how many ulps the
-outputs differ.
+With ``--trace`` A runs traced, and B runs once more traced against A's trace, stopping at the first operation it
+computes differently, which is named (op, shapes, call site in ``lib/repro``, notebook cell) and dumped;
+``--isolate`` then reruns A up to that operation, dumps it too and says whether the inputs were identical (then
+this kernel depends on the environment) and by how many ulps the outputs differ. B's claims always come from an
+untraced run.
 """
 
 from __future__ import annotations
@@ -135,8 +136,11 @@ def kernel_env(root: Path, overrides: Mapping[str, str], results: Path) -> dict[
 
 
 def run_notebook(root: Path, notebook: Path, label: str, overrides: Mapping[str, str], scratch: Path,
-                 trace_log: bool = False, at: int | None = None, timeout: float = TIMEOUT) -> RunResult:
-    """Execute ``notebook`` in quick mode in ``scratch/label`` (a folder laid out like a checkout)."""
+                 trace_log: bool = False, at: int | None = None, against: Path | None = None,
+                 timeout: float = TIMEOUT) -> RunResult:
+    """Execute ``notebook`` in quick mode in ``scratch/label`` (a folder laid out like a checkout); traced with
+    ``trace_log``, up to operation ``at`` (dumped), or up to the first operation that differs from the trace
+    ``against`` (dumped)."""
     folder = scratch / label
     if folder.exists():
         shutil.rmtree(folder)
@@ -151,10 +155,12 @@ def run_notebook(root: Path, notebook: Path, label: str, overrides: Mapping[str,
     env = kernel_env(root, overrides, folder / "results")
     env[provenance.NOTEBOOK_ENV] = str(nb)
     log = folder / f"{notebook.stem}.trace"
-    if trace_log or at is not None:
+    if trace_log or at is not None or against is not None:
         env[trace.ENV] = str(log)
         if at is not None:
             env[trace.AT_ENV] = str(at)
+        if against is not None:
+            env[trace.AGAINST_ENV] = str(against)
     out = folder / "executed.ipynb"
     cmd = [sys.executable, "-m", "repro.tools.batch", str(nb), str(out), "-p", "MODE", "quick", "-p", "SEED", "0",
            "-k", "python3", "--cwd", str(nb.parent), "--no-progress-bar", "--log-level", "WARNING"]
@@ -263,22 +269,25 @@ def compare(root: Path, notebook: Path, b_env: Mapping[str, str] | None, scratch
         b = committed(root, notebook)
         traced = isolate = False
     else:
-        b = run_notebook(root, notebook, "B", b_env, work, trace_log=traced, timeout=timeout)
+        b = run_notebook(root, notebook, "B", b_env, work, timeout=timeout)
         say(f"  B {b.status} in {b.seconds:.0f} s")
     c = compare_results(notebook.stem, a, b)
-    if traced and a.trace and b.trace:
-        d = trace.diff(a.trace, b.trace)
+    if traced and a.trace and b_env is not None:
+        # B again, traced against A's trace: it stops at the first operation it computes differently, dumped
+        bt = run_notebook(root, notebook, "B-trace", b_env, work, against=a.trace, timeout=timeout)
+        say(f"  B traced against A: {bt.seconds:.0f} s")
+        if bt.trace is None:
+            c.trace_report = f"B's traced run wrote no trace ({bt.status}: {bt.error})"
+            return c
+        d = trace.diff(a.trace, bt.trace)
         c.trace_report = d.report()
         c.trace_identical = d.identical
         if isolate and d.kind == "values" and d.first_op and d.first_op[0]:
             n = d.first_op[0].n
-            dumps = []
-            for label, env in (("A-at", a_env or {}), ("B-at", b_env)):
-                r = run_notebook(root, notebook, label, env, work, at=n, timeout=timeout)
-                dump = r.folder / f"{notebook.stem}.trace.op{n}.pt" if r.folder else None
-                say(f"  {label} dumped op {n} in {r.seconds:.0f} s")
-                dumps.append(dump)
-            if all(p is not None and p.exists() for p in dumps):
+            at = run_notebook(root, notebook, "A-at", a_env or {}, work, at=n, timeout=timeout)
+            say(f"  A dumped op {n} in {at.seconds:.0f} s")
+            dumps = [at.folder / f"{notebook.stem}.trace.op{n}.pt", bt.folder / f"{notebook.stem}.trace.op{n}.pt"]
+            if all(p.exists() for p in dumps):
                 c.isolate_report = trace.compare_dumps(*dumps)
     return c
 

@@ -19,9 +19,12 @@ differs, with its op, shapes, call site and cell, and the first differing variab
 
 Isolate: ``$REPRO_TRACE_AT=<n>`` (with ``$REPRO_TRACE``) saves operation ``n``'s inputs (before it ran), outputs and
 full Python stack to ``<log>.op<n>.pt`` and, unless ``$REPRO_TRACE_STOP=0``, stops the run there (raises
-:class:`TraceStop`). :func:`compare_dumps` of the two environments' dumps says whether the inputs were identical
-(then this kernel is the one that depends on the environment) and by how much the outputs differ;
-:func:`replay` re-runs the saved operation in this process (to try a fix in isolation).
+:class:`TraceStop`). ``$REPRO_TRACE_AGAINST=<reference log>`` does the same at the first operation whose output
+differs from the reference run's (then run the reference again with ``$REPRO_TRACE_AT`` at that index): a run in
+another environment stops where it diverges instead of running to its end. :func:`compare_dumps` of the two
+environments' dumps says whether the inputs were identical (then this kernel is the one that depends on the
+environment) and by how much the outputs differ; :func:`replay` re-runs the saved operation in this process (to try
+a fix in isolation).
 
 Imports no torch at module import (``repro.tools`` never does); :func:`install` imports it.
 """
@@ -41,6 +44,7 @@ from typing import Any
 ENV = "REPRO_TRACE"
 OPS_ENV = "REPRO_TRACE_OPS"
 AT_ENV = "REPRO_TRACE_AT"
+AGAINST_ENV = "REPRO_TRACE_AGAINST"
 STOP_ENV = "REPRO_TRACE_STOP"
 
 _LIB = str(Path(__file__).resolve().parents[1])  # .../lib/repro
@@ -160,7 +164,8 @@ def _sig(x: Any) -> str:
 class Tracer:
     """Writes the trace log of this process (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, ops: bool = True, at: int | None = None, stop: bool = True):
+    def __init__(self, path: str | os.PathLike, ops: bool = True, at: int | None = None, stop: bool = True,
+                 against: str | os.PathLike | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(self.path, "w", buffering=1 << 20)  # noqa: SIM115 (closed at exit)
@@ -168,6 +173,8 @@ class Tracer:
         self.cell = 0
         self.ops = ops
         self.at = at
+        # the reference run's operations: the first one this run computes differently is dumped (and stops it)
+        self.ref = {ln.n: (ln.name, ln.sig, ln.hash) for ln in read(against) if ln.kind == "op"} if against else None
         self.stop = stop
         self.lines: list[str] = []
         self.mode: Any = None
@@ -238,6 +245,9 @@ class Tracer:
             digest_ = f"?{type(e).__name__}"
         sig = f"{_sig(args)}->{_sig(out)}"
         self.write(f"{n}\top\t{name}\t{sig}\t{digest_}\t{self.where()}")
+        if dump_in is None and self.ref is not None and self.ref.get(n) != (name, sig, digest_):
+            self.ref = None  # the first mismatch only; inputs as they are now (an in-place op has changed its own)
+            dump_in = _clone_tree((args, kwargs))
         if dump_in is not None:
             self.dump(n, name, dump_in, out)
         return out
@@ -314,12 +324,14 @@ def _numeric_env() -> dict[str, str]:
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 
-def install(path: str | os.PathLike, ops: bool = True, at: int | None = None, stop: bool = True) -> Tracer:
-    """Start tracing this process into ``path`` (idempotent: a second call returns the running tracer)."""
+def install(path: str | os.PathLike, ops: bool = True, at: int | None = None, stop: bool = True,
+            against: str | os.PathLike | None = None) -> Tracer:
+    """Start tracing this process into ``path`` (idempotent: a second call returns the running tracer); ``at``:
+    dump operation ``at``; ``against``: a reference trace, dump the first operation that differs from it."""
     global _tracer
     if _tracer is not None:
         return _tracer
-    tracer = Tracer(path, ops=ops, at=at, stop=stop)
+    tracer = Tracer(path, ops=ops, at=at, stop=stop, against=against)
     if ops:
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -371,7 +383,7 @@ def install_if_requested() -> Tracer | None:
         return None
     at = os.environ.get(AT_ENV)
     return install(path, ops=os.environ.get(OPS_ENV, "1") != "0", at=int(at) if at else None,
-                   stop=os.environ.get(STOP_ENV, "1") != "0")
+                   stop=os.environ.get(STOP_ENV, "1") != "0", against=os.environ.get(AGAINST_ENV) or None)
 
 
 # ---------------------------------------------------------------------------------------------------- comparing
