@@ -100,10 +100,15 @@ def test_the_emulated_other_machine_gives_the_same_bits(quick):
 
 
 def test_the_emulation_detects_the_kernels_issue_44_found(quick):
-    """Before issue 44 the same overrides changed convolutions (oneDNN) and NumPy's float64 exp (AVX-512 loops)."""
+    """Before issue 44 the same overrides changed convolutions (oneDNN) and, on a CPU with AVX-512, NumPy's float64
+    exp (its AVX-512 loops)."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
     before = portable.BEFORE_44
     differ = _differ(_probe(before), _probe({**before, **portability.PRESETS["other"]}))
-    assert {"conv fwd", "np.exp"} <= set(differ), differ
+    assert "conv fwd" in differ, differ
+    if __cpu_features__.get("X86_V4"):
+        assert "np.exp" in differ, differ
 
 
 def test_reruns_give_the_same_bits(quick):
