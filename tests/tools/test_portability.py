@@ -48,8 +48,12 @@ def test_claims_are_compared_exactly():
     c = portability.compare_results("nb", _run(base), _run(flipped, status="failed"))
     assert c.verdict == "verdicts differ" and c.verdicts == [("C1", "Re", "not Re")]
     assert "C1 Re -> not Re" in c.line()
-    m = portability.compare_results("nb", _run(base, {"a": {"b": [1.0, 2.0]}}), _run(base, {"a": {"b": [1.0, 2.5]}}))
-    assert m.verdict == "values differ" and (m.metrics_changed, m.metrics_total) == (1, 2)
+    m = portability.compare_results("nb", _run(base, {"a": {"b": [1.0, 2.0]}, "fit": {"seconds": 1.0, "train_s": 2}}),
+                                    _run(base, {"a": {"b": [1.0, 2.5]}, "fit": {"seconds": 1.5, "train_s": 3}}))
+    assert m.verdict == "values differ" and (m.metrics_changed, m.metrics_total) == (1, 2)  # timings aside
+    assert [k for k in ("fit.seconds", "train_s", "stage_decode_s_scan0", "slice_us_per_node", "decision_time",
+                        "time_to_target.steps", "S-only.mAP", "arms.oracle.S_src[0]") if portability.is_timing(k)] \
+        == ["fit.seconds", "train_s", "stage_decode_s_scan0", "slice_us_per_node"]
     assert portability.compare_results("nb", _run(base), portability.RunResult("x", {}, "failed", 1.0)).verdict \
         == "failed"
 

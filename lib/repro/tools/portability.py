@@ -10,7 +10,7 @@ like a checkout (as a cluster task is), with ``$REPRO_RESULTS_DIR`` in that fold
 ``results/`` or ``notebooks/``. The kernels import the library of this checkout (``lib/`` first on
 ``PYTHONPATH``). Per notebook it prints one of
 
-* ``identical``: every claim value and verdict, and every metric, the same (timing claims aside);
+* ``identical``: every claim value and verdict, and every metric, the same (timing claims and metrics aside);
 * ``values differ``: the largest relative change of a claim value, and which claims;
 * ``verdicts differ``: which claims changed verdict (the acceptance criterion of issue 44 forbids it).
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,17 +54,21 @@ PRESETS: dict[str, dict[str, str]] = {
     "aten-default": {"ATEN_CPU_CAPABILITY": "default"},
     # OpenBLAS (NumPy, SciPy, scikit-learn) with another CPU's kernels
     "openblas-sandybridge": {"OPENBLAS_CORETYPE": "Sandybridge"},
-    # MKL (torch's BLAS/LAPACK) on its SSE4.2 branch
+    # MKL (torch's BLAS/LAPACK) on its SSE4.2 branch (on an AMD CPU: AUTO, MKL honours its ISA branches on Intel only)
     "mkl-sse42": {"MKL_CBWR": "SSE4_2,STRICT"},
+    # MKL's own choice of kernels for this CPU (AUTO): what a machine of the other vendor runs, against COMPATIBLE
+    "mkl-auto": {"MKL_CBWR": "AUTO"},
+    # the one MKL branch Intel and AMD both run (QUICK_ENV's since issue 44; against BEFORE_44's AVX2,STRICT)
+    "mkl-compatible": {"MKL_CBWR": "COMPATIBLE"},
 }
-# the MKL branch AMD CPUs run is not Intel's (MKL honours MKL_CBWR's ISA branches on Intel only): COMPATIBLE vs AUTO
-PRESETS["mkl-compatible"] = {"MKL_CBWR": "COMPATIBLE"}
 # the environment before issue 44's fixes (the committed outputs): B = the unfixed code, for the cost of the fixes
 PRESETS["before-44"] = dict(portable.BEFORE_44)
 # what another AVX2 machine can change that QUICK_ENV must absorb: oneDNN's blocking, NumPy's AVX-512 loops, MKL's
 # dispatch on a CPU with fewer features
 PRESETS["other"] = {**PRESETS["npy-avx2"], **PRESETS["onednn-sse41"], "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 TIMEOUT = 900.0
+# metrics that are timings (machine- and load-dependent, never compared), by the words of their keys
+TIMING_RE = re.compile(r"seconds|elapsed|speedup|throughput|(?:^|_)(?:us|ms)_per|_s$|_s_")
 
 
 @dataclass
@@ -216,6 +221,12 @@ def _numbers(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: obj}
 
 
+def is_timing(key: str) -> bool:
+    """A metric key that names a timing (``fit.seconds``, ``train_s``, ``stage_decode_s_scan0``,
+    ``slice_us_per_node``); ``decision_time``, ``time_to_target.steps`` or ``S-only`` are not."""
+    return any(TIMING_RE.search(w) for w in re.split(r"[^a-z0-9_]+", key.lower()))
+
+
 def _change(x: Any, y: Any) -> float:
     if isinstance(x, int | float) and isinstance(y, int | float) and not isinstance(x, bool):
         return _rel(float(x), float(y))
@@ -237,7 +248,8 @@ def compare_results(name: str, a: RunResult, b: RunResult) -> Comparison:
             c.max_rel = max(c.max_rel, rel)
         if x.get("verdict") != y.get("verdict") or x.get("holds") != y.get("holds"):
             c.verdicts.append((cid, f"{x.get('verdict')}", f"{y.get('verdict')}"))
-    ma, mb = _numbers(a.results.get("metrics") or {}), _numbers(b.results.get("metrics") or {})
+    ma, mb = (_numbers(r.results.get("metrics") or {}) for r in (a, b))  # type: ignore[union-attr]
+    ma, mb = ({k: v for k, v in m.items() if not is_timing(k)} for m in (ma, mb))
     c.metrics_total = len(set(ma) | set(mb))
     c.metrics_changed = sum(not _same(ma.get(k), mb.get(k)) for k in set(ma) | set(mb))
     c.verdict = ("verdicts differ" if c.verdicts else "values differ" if c.changed or c.metrics_changed
