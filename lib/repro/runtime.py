@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .tools import offline, paths, registry
+from .tools import offline, paths, portable, registry, trace
 from .tools.paths import MODES, check_mode
 
 __all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "seed_everything", "setup"]
@@ -72,6 +72,20 @@ def pin_threads(n: int = 1) -> None:
     os.environ["OMP_NUM_THREADS"] = str(n)
     os.environ["MKL_NUM_THREADS"] = str(n)
     torch.set_num_threads(n)
+
+
+def portable_kernels() -> None:
+    """Convolutions through ATen's own im2col and BLAS instead of oneDNN and NNPACK (issue 44).
+
+    oneDNN's convolution kernels are ISA-capped by ``ONEDNN_MAX_CPU_ISA``, but their blocking (and so the order of
+    the sums) follows the CPU's cache sizes, which no variable caps; NNPACK (which torch uses for some convolutions
+    once oneDNN is off) picks its kernels and tiles from the CPU alone. Measured on notebook 14: its first
+    differing tensor between ``ONEDNN_MAX_CPU_ISA=AVX2`` and ``SSE41`` is the first convolution's output; with
+    this, none depends on oneDNN's ISA. ATen's ``slow_conv2d`` (unfold + one GEMM per image) runs on MKL, which
+    ``MKL_CBWR`` pins. oneDNN's other fp32 use, ``nn.LSTM``/``nn.GRU``, also falls back to ATen. Called by
+    :func:`setup` when ``$REPRO_PORTABLE_KERNELS=1`` (:data:`repro.tools.portable.QUICK_ENV` sets it)."""
+    torch.backends.mkldnn.enabled = False
+    torch.backends.nnpack.set_flags(False)
 
 
 @dataclass(frozen=True)
@@ -123,8 +137,11 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     ``slug`` is the notebook's ``NN-name`` (its file stem). Quick mode is the CI configuration: one thread and
     deterministic algorithms on CPU, so two runs give identical numbers. Full mode keeps torch's default
     threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are recorded with the results.
-    With ``$REPRO_OFFLINE`` set (the batch runner and the tests set it), every non-loopback network connection
-    is refused from here on (:mod:`repro.tools.offline`).
+    With ``$REPRO_PORTABLE_KERNELS=1`` (quick mode's portable environment) convolutions avoid oneDNN and NNPACK
+    (:func:`portable_kernels`). With ``$REPRO_OFFLINE`` set (the batch runner and the tests set it), every
+    non-loopback network connection is refused from here on (:mod:`repro.tools.offline`). With ``$REPRO_TRACE``
+    set, every torch operation from here on is hashed into that log (:mod:`repro.tools.trace`: which operation
+    differs between two runs).
     """
     if not isinstance(slug, str) or not SLUG_RE.match(slug):
         raise ValueError(f"setup() takes the notebook's slug 'NN-name' first, got {slug!r}")
@@ -135,8 +152,11 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
         pin_threads(1)
         if dev.type == "cpu":
             torch.use_deterministic_algorithms(True)
+    if dev.type == "cpu" and os.environ.get(portable.KERNELS_ENV) == "1":
+        portable_kernels()
     rng = seed_everything(seed)
     entry = registry.find(slug)
+    trace.install_if_requested()
     start_clock()
     return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())
 

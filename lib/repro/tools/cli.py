@@ -1,4 +1,4 @@
-"""Command line: ``python -m repro run | book | sync | prepare | new``.
+"""Command line: ``python -m repro run | book | sync | prepare | new | portability | trace-diff``.
 
 * ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--stale``, ``--jobs N``,
   ``--cluster local:N|tcp://HOST:PORT``, ``--timeout S``, ``--cell-timeout S``, ``--seed K``), record
@@ -15,6 +15,12 @@
 * ``sync``: regenerate ``_toc.yml``, ``book/results.md``, the README table and the notebooks' header and setup
   cells (``--check`` only reports what is stale, exit 1 if anything is: a generated file, or a result whose
   notebook changed since it was written; results whose library modules changed are warnings).
+* ``portability``: run notebooks' quick mode under the portable environment and an emulated other machine
+  (``--b PRESET``, ``--set KEY=VALUE``) in scratch folders and compare claim values and verdicts (``--trace``:
+  name the first differing torch operation; ``--isolate``: dump it); :mod:`repro.tools.portability`. Exit 1 if
+  a verdict changed.
+* ``trace-diff A B``: the first difference of two trace logs (``$REPRO_TRACE``, :mod:`repro.tools.trace`), or
+  of two dumps of one operation (``.pt``); exit 1 if the logs differ.
 
 ``book``, ``sync`` and ``sync --check`` exit 2 with the file's name when a notebook, results file or the manifest
 cannot be read (never treating it as missing); ``--root`` that is not a checkout exits 2 as well.
@@ -107,6 +113,19 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("prepare", help="build the offline assets (pretrained models) once; idempotent")
     n = sub.add_parser("new", help="create the notebook skeleton of paper NN (from book/papers.yml)")
     n.add_argument("number", help="the paper's number, e.g. 07")
+    pt = sub.add_parser("portability", help="compare quick-mode claims under two numeric environments")
+    pt.add_argument("--only", type=_only, help="comma-separated notebook numbers, e.g. 14,17")
+    pt.add_argument("--b", default="other", help="environment B's preset (repro.tools.portability.PRESETS)")
+    pt.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a variable of B (repeatable)")
+    pt.add_argument("--a-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a variable of A on top of QUICK_ENV (repeatable; e.g. to try a fix in both)")
+    pt.add_argument("--trace", action="store_true", help="trace both runs and name the first differing op")
+    pt.add_argument("--isolate", action="store_true", help="also dump that op in both and compare (implies --trace)")
+    pt.add_argument("--keep", metavar="DIR", help="keep the scratch folders (executed notebooks, traces) in DIR")
+    pt.add_argument("--timeout", type=float, default=900.0, help="seconds per notebook run (default 900)")
+    td = sub.add_parser("trace-diff", help="first difference of two trace logs (or of two .pt op dumps)")
+    td.add_argument("a")
+    td.add_argument("b")
     s = sub.add_parser("sync", help="regenerate the toc, results page, README table and notebook headers")
     s.add_argument("--check", action="store_true", help="only report stale files; exit 1 if any")
     return p
@@ -114,6 +133,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.cmd == "trace-diff":
+        from . import trace
+
+        return trace.main([args.a, args.b])
     root = _root(args.root)
     from .provenance import UnreadableFile
 
@@ -172,6 +195,15 @@ def _run(args: argparse.Namespace, root: Path) -> int:
 
 
 def _command(args: argparse.Namespace, root: Path) -> int:
+    if args.cmd == "portability":
+        from . import portability
+
+        try:
+            return portability.main(root, args.only, args.b, args.set, args.a_set, args.trace, args.isolate,
+                                    args.keep, args.timeout)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     from . import book
 
     if args.cmd == "run":

@@ -1,0 +1,84 @@
+"""The cost of issue 44's portable kernels, as ratios measured in one process (one thread).
+
+``python benchmarks/bench_portable.py`` times, interleaved round by round, one source-training step of notebook 14's
+re-ID CNN (forward and backward, batch 64 at 48x24) and its inference over 512 crops with torch's default
+convolution backends (oneDNN, NNPACK) and with :func:`repro.runtime.portable_kernels` (ATen's im2col + BLAS); and
+the GEMMs of the other notebooks. MKL's branch is fixed at process start (``MKL_CBWR``), so run it once per branch
+and compare the printed times: ``MKL_CBWR=AVX2,STRICT python ...`` (before issue 44) and ``MKL_CBWR=COMPATIBLE``.
+Prints JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from repro.papers.scale_ps.network import CosineClassifier, ReIDNet
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
+
+
+def _time(fn, min_s: float = 0.3) -> float:
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        if (dt := time.perf_counter() - t0) >= min_s:
+            return dt / n
+
+
+def _backends(enabled: bool) -> None:
+    torch.backends.mkldnn.enabled = enabled
+    torch.backends.nnpack.set_flags(enabled)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    g = torch.Generator().manual_seed(0)
+    net, clf = ReIDNet(), CosineClassifier(128, 100)
+    opt = torch.optim.Adam([*net.parameters(), *clf.parameters()], lr=1e-3)
+    x, y = torch.rand(64, 3, 48, 24, generator=g), torch.randint(0, 100, (64,), generator=g)
+    crops = torch.rand(512, 3, 48, 24, generator=g)
+
+    def train_step():
+        opt.zero_grad()
+        F.cross_entropy(clf(net(x)), y).backward()
+        opt.step()
+
+    def infer():
+        with torch.no_grad():
+            net.eval()
+            net(crops)
+            net.train()
+
+    a, b = torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)
+    s, t = torch.randn(1000, 16, 16, generator=g), torch.randn(1000, 16, 16, generator=g)
+    cases = {"cnn train step": train_step, "cnn inference 512": infer}
+    times: dict[str, dict[str, list[float]]] = {k: {"default": [], "portable": []} for k in cases}
+    gemm: dict[str, list[float]] = {"mm 512^3": [], "bmm 1000x16^2": []}
+    for _ in range(ROUNDS):
+        for name, fn in cases.items():
+            for label, on in (("default", True), ("portable", False)):
+                _backends(on)
+                times[name][label].append(_time(fn))
+        _backends(True)
+        gemm["mm 512^3"].append(_time(lambda: a @ b))
+        gemm["bmm 1000x16^2"].append(_time(lambda: torch.bmm(s, t)))
+    out = {"MKL_CBWR": os.environ.get("MKL_CBWR"), "rounds": ROUNDS}
+    for name, d in times.items():
+        med = {k: statistics.median(v) for k, v in d.items()}
+        out[name] = {"default_ms": round(med["default"] * 1e3, 2), "portable_ms": round(med["portable"] * 1e3, 2),
+                     "ratio": round(med["portable"] / med["default"], 2)}
+    out.update({k: {"ms": round(statistics.median(v) * 1e3, 3)} for k, v in gemm.items()})
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
