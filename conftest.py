@@ -24,8 +24,9 @@ os.environ.setdefault("REPRO_HEADLESS", "1")
 # Offline, enforced: runtime.setup in every notebook the tests execute (and in this process) installs the guard
 # that refuses non-loopback connections (repro.tools.offline).
 os.environ.setdefault("REPRO_OFFLINE", "1")
-# Notebooks on the claims registry compare their run with the committed results/ (repro.report.COMPARE_ENV): the
-# same claim ids and verdicts, and every value inside its committed interval, so a test passes on any CPU where
-# the verdicts hold and fails where one changes.
+# Every notebook the tests execute compares its claims with the committed results/ (repro.report.COMPARE_ENV): on
+# the kind of CPU that made them, every number must be equal; on another, the claim ids and verdicts, and every
+# registered value inside its committed interval, so a test passes on any CPU where the verdicts hold and fails
+# where one changes.
 os.environ.setdefault("REPRO_COMPARE_RESULTS", str(Path(__file__).resolve().parent / "results"))
 

@@ -63,10 +63,9 @@ def test_skeleton(nb):
     assert len(finishing) == 1
     assert last is finishing[0] or all(not c.source.strip() for c in cells[cells.index(finishing[0]) + 1:]
                                        if c.cell_type == "code")
-    if on_registry(path):  # the verdicts are compared by the contract itself (REPRO_COMPARE_RESULTS), not as text
-        assert "NBVAL_CHECK_OUTPUT" not in finishing[0].source and "hide-input" in tags(finishing[0])
-    else:
-        assert "# NBVAL_CHECK_OUTPUT" in finishing[0].source
+    # the claims are compared with the committed results by the contract itself (REPRO_COMPARE_RESULTS: every
+    # number on the same kind of CPU, verdicts and intervals on another), not as text; the table is the output
+    assert "NBVAL_CHECK_OUTPUT" not in finishing[0].source and "hide-input" in tags(finishing[0])
 
 
 def test_committed_with_clean_quick_outputs(nb):
@@ -192,8 +191,9 @@ def house(nb):
 
 def test_code_cells_are_short(nb):
     path, notebook = house(nb)
+    legacy_claims_cell = not on_registry(path)  # old-style Claim lists: the fidelity issues shorten them
     long = [(i, len(c.source.splitlines())) for i, c in enumerate(notebook.cells)
-            if c.cell_type == "code" and "NBVAL_CHECK_OUTPUT" not in c.source
+            if c.cell_type == "code" and not (legacy_claims_cell and "run.finish(" in c.source)
             and len(c.source.splitlines()) > MAX_CELL_LINES]
     assert not long, f"code cells over {MAX_CELL_LINES} lines (cell, lines): {long}; move the harness to the library"
 

@@ -123,23 +123,11 @@ def test_checks_pass_or_fail_and_are_counted_apart():
     assert (n["pass"], n["fail"], n["~Re"], n["Re"]) == (1, 1, 1, 0)
 
 
-def test_timing_claims_are_marked_and_sanitised():
-    import configparser
-    import re
-    from pathlib import Path
-
+def test_timing_claims_are_marked():
     fast = Claim("C9", "speed-up", paper=10, measured=3.21, lo=2, timing=True, asserted=False)
     text = report.claims_markdown([fast])
-    assert f"3.21 {report.TIMING_MARK}" in text and f"**~Re**{report.TIMING_MARK}" not in text
-    cfg = configparser.ConfigParser()
-    cfg.read(Path(__file__).parent / "nbval_sanitize.cfg")
-    rule = cfg["timing"]
-    slow = Claim("C9", "speed-up", paper=10, measured=1.5, lo=2, timing=True, asserted=False)
-    def masked(t):
-        return re.sub(rule["regex"], rule["replace"], t)
-    assert masked(text) == masked(report.claims_markdown([slow]))  # value and verdict both masked
-    assert masked(text) != masked(report.claims_markdown([Claim("C9", "other", paper=10, measured=3.21, lo=2,
-                                                                timing=True, asserted=False)]))
+    assert f"3.21 {report.TIMING_MARK}" in text and f"**Re** {report.TIMING_MARK}" in text
+    assert "machine-dependent" in text
 
 
 def test_run_config_savefig_and_finish(results):

@@ -319,7 +319,7 @@ def claims_markdown(claims: Iterable[Claim | Mapping[str, Any]]) -> str:
     rows += [_row(_legacy_row(d)) for d in ds]
     if any(d.get("timing") for d in ds):
         rows.append(f"\n{TIMING_MARK} machine-dependent (a timing): the value is this run's, kept in the results "
-                    "file; the notebook tests do not compare it.")
+                    "file; the notebook tests do not compare it between machines.")
     return "\n".join(rows)
 
 
