@@ -232,7 +232,8 @@ def _compare_with_committed(slug: str, records: list[dict[str, Any]]) -> None:
     if not path.exists():
         return
     old = provenance.read_json(path)
-    here, there = provenance.cpu_identity(), {k: (old.get("hardware") or {}).get(k) for k in ("cpu", "cpu_flags")}
+    here = provenance.cpu_identity()
+    there = {k: (old.get("hardware") or {}).get(k) for k in here}
     if here == there:  # the same kind of CPU: quick mode is deterministic, every number must be the same
         diffs = evidence.differences(records, old.get("claims", []), values="exact")
         what = "on the same kind of CPU (every number must be equal)"

@@ -138,7 +138,9 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     deterministic algorithms on CPU, so two runs give identical numbers. Full mode keeps torch's default
     threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are recorded with the results.
     With ``$REPRO_PORTABLE_KERNELS=1`` (quick mode's portable environment) convolutions avoid oneDNN and NNPACK
-    (:func:`portable_kernels`). With ``$REPRO_OFFLINE`` set (the batch runner and the tests set it), every
+    (:func:`portable_kernels`), except in a notebook marked ``numerics: verdicts`` in ``book/papers.yml`` (its
+    values are not kept between CPUs anyway, and ATen's convolution path made notebook 14 3.3x slower).
+    With ``$REPRO_OFFLINE`` set (the batch runner and the tests set it), every
     non-loopback network connection is refused from here on (:mod:`repro.tools.offline`). With ``$REPRO_TRACE``
     set, every torch operation from here on is hashed into that log (:mod:`repro.tools.trace`: which operation
     differs between two runs).
@@ -152,10 +154,11 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
         pin_threads(1)
         if dev.type == "cpu":
             torch.use_deterministic_algorithms(True)
-    if dev.type == "cpu" and os.environ.get(portable.KERNELS_ENV) == "1":
+    entry = registry.find(slug)
+    verdicts_only = entry is not None and entry.numerics == "verdicts"
+    if dev.type == "cpu" and os.environ.get(portable.KERNELS_ENV) == "1" and not verdicts_only:
         portable_kernels()
     rng = seed_everything(seed)
-    entry = registry.find(slug)
     trace.install_if_requested()
     start_clock()
     return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())

@@ -212,5 +212,13 @@ def test_run_stale_reexecutes_only_the_stale_notebooks(tmp_path):
 
 def test_cpu_identity_is_stable_and_recorded_with_the_hardware():
     a, b = provenance.cpu_identity(), provenance.cpu_identity()
-    assert a == b and set(a) == {"cpu", "cpu_flags"} and all(isinstance(v, str) and v for v in a.values())
-    assert {"cpu", "cpu_flags"} <= set(provenance.hardware())
+    assert a == b and set(a) == {"cpu", "cpu_flags", "numeric_env"} and all(isinstance(v, str) for v in a.values())
+    assert set(a) <= set(provenance.hardware())
+
+
+def test_an_emulated_other_machine_has_another_numeric_identity(monkeypatch):
+    here = provenance.cpu_identity()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    there = provenance.cpu_identity()
+    assert (here["cpu"], here["cpu_flags"]) == (there["cpu"], there["cpu_flags"])
+    assert here["numeric_env"] != there["numeric_env"]

@@ -345,9 +345,10 @@ def versions(packages: Iterable[str] = ()) -> dict[str, str]:
 
 
 def cpu_identity() -> dict[str, str]:
-    """The CPU as numerical libraries see it: vendor and model (``/proc/cpuinfo``, else ``platform.processor()``) and
-    a hash of its feature flags. Two runs whose identities agree ran on the same kind of CPU, where quick mode must
-    give bit-identical numbers; elsewhere only what the evidence contract guarantees must agree."""
+    """The CPU as numerical libraries see it: vendor and model (``/proc/cpuinfo``, else ``platform.processor()``), a
+    hash of its feature flags, and a hash of the variables that choose kernels (:data:`NUMERIC_ENV`). Two runs whose
+    identities agree ran the same kernels, where quick mode must give bit-identical numbers; elsewhere only what the
+    evidence contract guarantees must agree."""
     fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -361,7 +362,16 @@ def cpu_identity() -> dict[str, str]:
         pass
     model = " ".join(v for v in (fields.get("vendor_id"), fields.get("model name")) if v) or platform.processor()
     flags = " ".join(sorted(fields.get("flags", "").split()))
-    return {"cpu": model or "unknown", "cpu_flags": digest([("flags", flags)]) if flags else "unknown"}
+    knobs = [(k, os.environ.get(k, "")) for k in NUMERIC_ENV]
+    return {"cpu": model or "unknown", "cpu_flags": digest([("flags", flags)]) if flags else "unknown",
+            "numeric_env": digest(knobs)}
+
+
+# The variables that choose numerical kernels (repro.tools.portable): two runs agree bit for bit only when these agree
+# too, so an emulated other machine (the same CPU, other settings) is compared as another machine.
+NUMERIC_ENV = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
+               "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "REPRO_PORTABLE_KERNELS", "OMP_NUM_THREADS",
+               "MKL_NUM_THREADS")
 
 
 def hardware() -> dict[str, Any]:
