@@ -166,3 +166,17 @@ def test_finish_records_what_produced_the_result(results, tmp_path, monkeypatch)
     assert src["library_files"]["repro/report.py"] == provenance.file_hash(provenance.library_dir() / "report.py")
     assert src["commit"] is None  # a notebook outside any checkout
     assert json.loads((results / "99-test.json").read_text())["sources"] == src
+
+
+def test_claim_refuses_impossible_rules_and_values_that_are_not_numbers():
+    import numpy as np
+
+    for kwargs, message in [(dict(lo=float("nan")), "lo must be a number"), (dict(hi=float("nan")), "hi must be"),
+                            (dict(lo=2, hi=0), "lies above hi"), (dict(lo="0.5"), "lo must be a number")]:
+        with pytest.raises(ValueError, match=message):
+            Claim("C4", "x", paper=1, measured=1.0, **kwargs)
+    for bad in ("0.5", True, np.bool_(True), None, np.array([1.0, 2.0])):
+        with pytest.raises(TypeError, match="C4: measured must be a real number"):
+            Claim("C4", "x", paper=1, measured=bad, lo=0)
+    assert Claim("C4", "x", paper=1, measured=np.float32(0.5), lo=0, hi=float("inf")).holds
+    assert Claim("C4", "x", paper=1, measured=np.int64(3), lo=0).verdict == "Re"

@@ -100,6 +100,15 @@ class Claim:
             raise ValueError(f"claim {self.id}: a check has no analogue; it passes or fails")
         if self.lo is None and self.hi is None:
             raise ValueError(f"claim {self.id}: give at least one of lo / hi")
+        for name in ("lo", "hi"):
+            bound = getattr(self, name)
+            if bound is not None and (_not_a_number(bound) or math.isnan(float(bound))):
+                raise ValueError(f"claim {self.id}: {name} must be a number (or inf), got {bound!r}")
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise ValueError(f"claim {self.id}: lo = {self.lo!r} lies above hi = {self.hi!r}; no value could hold")
+        if _not_a_number(self.measured):
+            raise TypeError(f"claim {self.id}: measured must be a real number, got {type(self.measured).__name__} "
+                            f"{self.measured!r}")
         self.measured = float(self.measured)
         if math.isinf(self.measured):
             raise ValueError(f"claim {self.id}: measured is {self.measured} (a ratio over zero?); "
@@ -114,6 +123,13 @@ class Claim:
             self.verdict = "pass" if ok else "fail"
         else:
             self.verdict = ("~Re" if self.analogue else "Re") if ok else "not Re"
+
+
+def _not_a_number(x: Any) -> bool:
+    """True for what a claim must not take as a number: text, bools, arrays, ``None`` (NumPy scalars are fine)."""
+    import numbers
+
+    return isinstance(x, str | bytes | bool) or type(x).__name__ == "bool_" or not isinstance(x, numbers.Real)
 
 
 def _interval_text(lo: float | None, hi: float | None) -> str:
