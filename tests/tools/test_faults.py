@@ -332,3 +332,41 @@ def test_leftovers_of_dead_runs_are_swept_and_live_ones_kept(root):
             p.write_text("x")
     assert sorted(batch.sweep_tmp(root / "results")) == sorted(gone)
     assert sorted(tmp.iterdir()) == sorted(kept)
+
+
+# ------------------------------------------------------------------------------------------- one command, a book
+
+
+def test_a_failed_notebook_keeps_its_page_under_a_warning(checkout):
+    """Issue 34 item 5: a failed run leaves the notebook's last good outputs in place (D3); its page then says so
+    (the generated header), and the warning goes when a run succeeds again."""
+    stem = "05-linear-contracts"
+    nb_path = checkout / "notebooks" / f"{stem}.ipynb"
+    man = batch.Manifest(checkout)
+    man.record(batch.Outcome(stem, "quick", 0, "ok", 28.0))
+    book.sync(checkout)
+    assert "did not succeed" not in json.dumps(json.loads(nb_path.read_text())["cells"][0])
+    before = provenance.notebook_source_hash(nb_path)
+    man.record(batch.Outcome(stem, "quick", 0, "failed", 3.0, error="ClaimFailed: C6 `not Re`\nmore lines",
+                             output=f"results/logs/{stem}.quick.failed.ipynb"))
+    book.sync(checkout)
+    header = "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
+    assert "did not succeed** (failed" in header and "ClaimFailed: C6 'not Re'" in header
+    assert "more lines" not in header and f"results/logs/{stem}.quick.failed.ipynb" in header
+    assert "last successful run" in header and "28 s on" in header  # the badge keeps the last good runtime
+    assert provenance.notebook_source_hash(nb_path) == before  # a generated cell: the results stay current
+    man.record(batch.Outcome(stem, "quick", 0, "ok", 27.0))
+    book.sync(checkout)
+    assert "did not succeed" not in "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
+
+
+def test_run_with_book_renders_the_book_even_when_a_notebook_fails(root, capsys, monkeypatch):
+    """Issue 34 item 5: `run --book` builds the book after a failed notebook and exits 1 at the end."""
+    make_notebook(root, "01-bad", "raise RuntimeError('probe')")
+    built = []
+    monkeypatch.setattr(book, "build", lambda r, strict=True: built.append(r) or 0)
+    code, _, err = repro(root, "run", "--book", "--no-progress", capsys=capsys)
+    assert code == 1 and built == [root] and "did not succeed (01-bad)" in err
+    built.clear()
+    code, _, _ = repro(root, "run", "--no-progress", capsys=capsys)
+    assert code == 1 and built == []

@@ -253,7 +253,29 @@ def header_source(root: Path, paper: Paper) -> str:
     badge_text = re.sub(r"[^A-Za-z0-9.]+", "_", runtime)
     return (f"# {paper.number} · {paper.title}\n\n"
             f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
-            f"![quick mode: {runtime}](https://img.shields.io/badge/quick_mode-{badge_text}-informational)")
+            f"![quick mode: {runtime}](https://img.shields.io/badge/quick_mode-{badge_text}-informational)"
+            + failure_banner(root, paper))
+
+
+def failure_banner(root: Path, paper: Paper) -> str:
+    """The warning a notebook's page carries while its last quick-mode run (seed 0) has failed: what failed, that
+    the page shows the outputs of the last successful run (the runner never replaces them with a failed run's),
+    and where the failed run's executed copy is. Empty when the last run succeeded or none is recorded."""
+    entry = provenance.read_manifest(root / "results" / "manifest.json")["notebooks"].get(paper.stem)
+    if not isinstance(entry, dict) or entry.get("status", "ok") == "ok":
+        return ""
+    error = (str(entry.get("error") or "").strip().splitlines() or ["no error recorded"])[0][:240]
+    last = entry.get("last_ok")
+    if isinstance(last, dict):
+        commit = str((last.get("sources") or {}).get("commit") or "")[:10] or "an uncommitted tree"
+        shown = f"its last successful run ({last.get('finished', 'time unknown')}, at {commit})"
+    else:
+        shown = "the outputs committed with the notebook"
+    copy = entry.get("output") or f"results/logs/{paper.stem}.quick.failed.ipynb"
+    return (f"\n\n> **Warning: the last quick-mode run of this notebook did not succeed** ({entry['status']}, "
+            f"{entry.get('finished', 'time unknown')}: `{error.replace('`', chr(39))}`). This page shows {shown}; "
+            f"the failed run's executed copy is `{copy}` and what it wrote is in "
+            f"`results/logs/{paper.stem}.quick.failed/`.")
 
 
 def setup_source(root: Path) -> str:

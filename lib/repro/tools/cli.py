@@ -7,7 +7,9 @@
   timed out is retried once. Exit 1 if any notebook failed or timed out (or ``results/`` could not be written:
   the summary of what ran comes first), 2 on bad arguments, an unreadable notebook, results file or manifest
   (named, left as it is) or an unreachable scheduler, 130 on Ctrl-C (finished notebooks stay written and
-  recorded).
+  recorded). With ``--book`` the book is rendered afterwards whatever the notebooks' outcome (a failed notebook's
+  page keeps its last successful outputs under a warning, :func:`repro.tools.book.failure_banner`); the exit
+  code is then 1 if a notebook or the build failed.
 * ``book``: sync, then render the HTML from the committed outputs into ``_build/html`` (never executes;
   Sphinx warnings are errors).
 * ``prepare``: build every offline asset the notebooks need (``repro.common.assets``), once.
@@ -108,6 +110,9 @@ def parser() -> argparse.ArgumentParser:
                         "mode, none in full mode); a timed-out notebook is retried once")
     r.add_argument("--seed", type=_seed, default=0, help="SEED injected into every notebook (default 0)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--book", action="store_true",
+                   help="then render the book whatever the run's outcome: a notebook that failed keeps its last "
+                        "successful outputs, under a warning; exit 1 if a notebook or the build failed")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
     b.add_argument("--no-strict", action="store_true", help="do not turn Sphinx warnings into errors")
     sub.add_parser("prepare", help="build the offline assets (pretrained models) once; idempotent")
@@ -191,7 +196,15 @@ def _run(args: argparse.Namespace, root: Path) -> int:
             print(f"error: the notebooks ran and are recorded, but the generated pages could not be updated "
                   f"({e.strerror or e}: {e.filename}); run python -m repro sync once that is fixed", file=sys.stderr)
             return 1
-    return 0 if all(o.status == "ok" for o in outcomes) else 1
+    failed = [o.notebook for o in outcomes if o.status != "ok"]
+    if not args.book:
+        return 1 if failed else 0
+    built = book.build(root)
+    if failed:
+        print(f"the book is rendered, but {len(failed)} notebook(s) did not succeed ({', '.join(failed)}): their "
+              "pages show their last successful outputs under a warning; the failed runs are in results/logs/",
+              file=sys.stderr)
+    return 1 if failed or built else 0
 
 
 def _command(args: argparse.Namespace, root: Path) -> int:
