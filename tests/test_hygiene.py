@@ -40,6 +40,21 @@ def test_there_is_a_notebook():
     assert NOTEBOOKS, "no notebooks found"
 
 
+def test_the_verdict_box_opens_the_page_and_agrees_with_the_results(nb):
+    """Issue 34: the first cell states the paper's headline claim and every paper claim's verdict, as in the
+    committed results file, with the counts and a link to the full table."""
+    path, notebook = nb
+    paper = PAPERS[path.stem]
+    rec = json.loads(paper.results(ROOT).read_text())
+    header = notebook.cells[0].source
+    assert paper.headline and f"**The paper claims:** {paper.headline}" in header
+    assert f"paper claims {book.verdict_counts(rec)}; checks of our code {book.check_counts(rec)}." in header
+    shown = re.findall(r"\*\*(C[0-9A-Za-z]+) ([^*]+)\*\*:", header)
+    assert shown == [(c["id"], c["verdict"]) for c in rec["claims"] if c["verdict"] in report.VERDICTS]
+    assert "(#paper-vs-reproduced)" in header and any(
+        c.cell_type == "markdown" and "## Paper vs. reproduced" in c.source for c in notebook.cells)
+
+
 def test_name_is_a_registered_paper(nb):
     path, _ = nb
     assert path.stem in PAPERS, f"{path.name} is not NN-slug of book/papers.yml"

@@ -226,9 +226,11 @@ def render_readme_table(root: Path) -> str:
 
 
 def render_intro_links(root: Path) -> str:
-    """The intro page's links: the results page, the contributing guide and the repository (from ``_config.yml``)."""
+    """The intro page's bottom line (the book-wide totals) and links: the results page, the contributing guide and
+    the repository (from ``_config.yml``)."""
     url, _ = repository(root)
-    return ("- **Every verdict at a glance**: the [results page](results.md), one row per paper, then every claim.\n"
+    return (f"**The book so far**: {totals_line(root)}\n\n"
+            "- **Every verdict at a glance**: the [results page](results.md), one row per paper, then every claim.\n"
             "- **Add a paper or fix one**: the [contributing guide](contributing.md).\n"
             f"- **The code, the issues, the history**: the repository, <{url}>.")
 
@@ -254,7 +256,40 @@ def header_source(root: Path, paper: Paper) -> str:
     return (f"# {paper.number} · {paper.title}\n\n"
             f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
             f"![quick mode: {runtime}](https://img.shields.io/badge/quick_mode-{badge_text}-informational)"
-            + failure_banner(root, paper))
+            + failure_banner(root, paper) + "\n\n" + verdict_box(root, paper))
+
+
+def _short(text: str, limit: int = 120) -> str:
+    """The first sentence of a claim's statement, cut at a word before ``limit`` characters."""
+    first = re.split(r"(?<=[.;:])\s", text.strip(), maxsplit=1)[0]
+    if len(first) <= limit:
+        return first
+    return first[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+
+
+def verdict_box(root: Path, paper: Paper) -> str:
+    """The answer first (issue 34): the paper's headline claim, the verdicts of its paper claims with counts, the
+    checks, and where and when the shown outputs were executed, from the results file and the manifest; one line per
+    paper claim, linking to the full table."""
+    lines = [f"> **The paper claims:** {paper.headline or paper.title}", ">"]
+    rec = _read_json(paper.results(root))
+    if rec is None:
+        return "\n".join(lines + ["> **Our verdict:** not run yet."])
+    entry = manifest(root).get("notebooks", {}).get(paper.stem) or {}
+    commit = str((rec.get("sources") or {}).get("commit") or "")[:7]
+    when = str(entry.get("finished") or "")[:16].replace("T", " ")
+    where = ", ".join(x for x in (f"commit `{commit}`" if commit else "an uncommitted tree",
+                                  f"executed {when} UTC" if when else "", quick_runtime(root, paper)) if x)
+    lines.append(f"> **Our verdict** ({rec['mode']} mode, seed {rec['seed']}; {where}): paper claims "
+                 f"{verdict_counts(rec)}; checks of our code {check_counts(rec)}.")
+    claims = [c for c in rec.get("claims", []) if c.get("verdict") in VERDICTS]
+    if claims:
+        lines.append(">")
+        lines += [f"> - {_swatch(c['verdict'], 10)} **{c['id']} {c['verdict']}**: {_short(str(c.get('text', '')))}"
+                  for c in claims]
+    lines += [">", "> Every claim with its value, interval, control and rule: "
+                   "[Paper vs. reproduced](#paper-vs-reproduced) at the end of this page."]
+    return "\n".join(lines)
 
 
 def failure_banner(root: Path, paper: Paper) -> str:

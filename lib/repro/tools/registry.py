@@ -30,6 +30,7 @@ class Paper:
     # for exact evidence) or "verdicts" (chaotic training turns a last-bit difference into another draw, so values
     # move; only the verdicts must hold). The reason goes in the comment beside the entry.
     numerics: str = "values"
+    headline: str = ""  # the paper's headline claim in one line, in our words (the page's verdict box)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "packages", tuple(self.packages))
