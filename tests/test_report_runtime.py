@@ -100,7 +100,10 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 def test_table_is_rounded_text():
     text = report.claims_markdown([Claim("C1", "a|b", paper=-0.5, measured=-0.50412345, lo=-0.6, hi=-0.4)])
     row = text.splitlines()[2]
-    assert row == "| C1: a\\|b | paper | -0.5 | -0.5041 | [-0.6, -0.4] | yes | **Re** |  |"
+    verdict = f'<span style="white-space:nowrap">{report.swatch("Re")} **Re**</span>'
+    assert row == f"| C1: a\\|b | paper | -0.5 | -0.5041 | [-0.6, -0.4] | yes | {verdict} |"
+    noted = report.claims_markdown([Claim("C2", "x", paper=1, measured=1, lo=0, note="why | in full")])
+    assert noted.endswith("Why, claim by claim:\n\n- **C2**: why | in full")
 
 
 def test_an_infinite_measurement_is_refused_and_formatting_never_crashes():
@@ -126,7 +129,7 @@ def test_checks_pass_or_fail_and_are_counted_apart():
 def test_timing_claims_are_marked():
     fast = Claim("C9", "speed-up", paper=10, measured=3.21, lo=2, timing=True, asserted=False)
     text = report.claims_markdown([fast])
-    assert f"3.21 {report.TIMING_MARK}" in text and f"**Re** {report.TIMING_MARK}" in text
+    assert f"3.21 {report.TIMING_MARK}" in text and f"**Re**</span> {report.TIMING_MARK}" in text
     assert "machine-dependent" in text
 
 

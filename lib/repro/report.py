@@ -27,7 +27,7 @@ one of two kinds:
   Verdicts: ``pass`` / ``fail``. A check is not a reproduction and is counted apart.
 
 ``timing=True`` marks a claim whose number depends on the machine (wall time, speed ratios): it is kept in the
-JSON with its value and shown with :data:`TIMING_MARK` in the table, which the notebook tests' sanitizer masks.
+JSON with its value and shown with :data:`TIMING_MARK` in the table; the notebook tests never compare it.
 
 Every results file records what produced it under ``sources`` (:func:`repro.tools.provenance.sources`): content
 hashes of the notebook's source cells and of the library, a hash per library module the notebook used, and the
@@ -55,7 +55,11 @@ __all__ = ["Claim", "ClaimFailed", "Measure", "ResultsChanged", "claims_markdown
 KINDS = ("paper", "check")
 VERDICTS = evidence.PAPER_VERDICTS  # Re, ~Re, not Re, inconclusive, untested (old-style claims: the first three)
 CHECK_VERDICTS = evidence.CHECK_VERDICTS
-TIMING_MARK = "⏱"  # old-style tables; the registry tables say "timing" in words
+# One colour per verdict, the same in every table and bar of the book (the overview's stacked bars, the verdict
+# box, the claims tables).
+VERDICT_COLORS = {"Re": "#1b6ca8", "~Re": "#66a182", "not Re": "#d1495b", "inconclusive": "#edae49",
+                  "untested": "#ffffff", "pass": "#bbbbbb", "fail": "#2e4057"}
+TIMING_MARK = "(timing)"  # old-style tables, in words so that it renders with any font (issue 34)
 RESULTS_ENV = paths.RESULTS_ENV
 COMPARE_ENV = "REPRO_COMPARE_RESULTS"
 
@@ -301,17 +305,35 @@ def _registered_row(c: Mapping[str, Any]) -> list[str]:
     unit = f" {c['unit']}" if c.get("unit") else ""
     timing = " (timing: machine-dependent, not compared between machines)" if c.get("timing") else ""
     mark = " †" if c.get("revisions") else ""
-    note = "; ".join(t for t in (c.get("reason", ""), c.get("note", "")) if t)
     paper = f"{c['paper']} ({c['where']})"
     return [f"**{c['id']}**{mark} {c['text']}", paper, fmt_value(c) + unit + timing, _control_cell(c),
             str(c.get("n", "")), f"{c['rule']}{unit}", "yes" if c["asserted"] else "reported",
-            f"**{c['verdict']}**", note]
+            _verdict_cell(c["verdict"])]
 
 
 def _legacy_row(d: Mapping[str, Any]) -> list[str]:
     mark = f" {TIMING_MARK}" if d.get("timing") else ""
     return [f"{d['id']}: {d['text']}", d.get("kind", "paper"), fmt(d["paper"]), fmt(d["measured"]) + mark,
-            d["tolerance"], "yes" if d["asserted"] else "reported", f"**{d['verdict']}**{mark}", d.get("note", "")]
+            d["tolerance"], "yes" if d["asserted"] else "reported", _verdict_cell(d["verdict"], mark)]
+
+
+def swatch(verdict: str, width: int = 10, title: str = "") -> str:
+    """A block of ``verdict``'s colour (inline HTML; :data:`VERDICT_COLORS`), ``width`` px wide."""
+    border = "box-sizing:border-box;border:1px solid #888;" if verdict == "untested" else ""
+    tip = f' title="{title}"' if title else ""
+    return (f'<span{tip} style="display:inline-block;width:{width}px;height:0.9em;{border}'
+            f'background:{VERDICT_COLORS[verdict]}"></span>')
+
+
+def _verdict_cell(verdict: str, mark: str = "") -> str:
+    shown = f"{swatch(verdict)} **{verdict}**" if verdict in VERDICT_COLORS else f"**{verdict}**"
+    return f'<span style="white-space:nowrap">{shown}</span>{mark}'
+
+
+def _notes(ds: list[dict[str, Any]], key: str) -> list[str]:
+    """Every claim's note (why it got its verdict, what differs from the paper) in full, below the table."""
+    lines = [f"- **{d['id']}**: {d[key]}" for d in ds if str(d.get(key) or "").strip()]
+    return ["", "Why, claim by claim:", "", *lines] if lines else []
 
 
 def _row(cells: list[str]) -> str:
@@ -320,22 +342,27 @@ def _row(cells: list[str]) -> str:
 
 def claims_markdown(claims: Iterable[Claim | Mapping[str, Any]]) -> str:
     """The paper-vs-reproduced table in Markdown (the notebook's last output and the book's results page).
-    Registered claims show the value with its interval, n, the control, the rule, the verdict and why; claims
-    with revisions carry †. Old-style timing claims carry :data:`TIMING_MARK` on their value and verdict."""
+    Registered claims show the value with its interval, n, the control, the rule and the verdict (in its colour,
+    :data:`VERDICT_COLORS`); every claim's note follows the table in full; claims with revisions carry †.
+    Old-style timing claims carry :data:`TIMING_MARK` on their value and verdict."""
     ds = [asdict(c) if isinstance(c, Claim) else dict(c) for c in claims]
     if ds and all("evidence" in d for d in ds):
-        rows = ["| claim | paper says | ours [95 % interval] | control | n | rule | asserted | verdict | note |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        rows = ["| claim | paper says | ours [95 % interval] | control | n | rule | asserted | verdict |",
+                "|---|---|---|---|---|---|---|---|"]
         rows += [_row(_registered_row(d)) for d in ds]
+        for d in ds:
+            d["why"] = "; ".join(t for t in (d.get("reason", ""), d.get("note", "")) if t)
+        rows += _notes(ds, "why")
         if any(d.get("revisions") for d in ds):
             rows.append("\n† changed after a result existed: the revisions are in the claims registry and on the "
                         "results page.")
         return "\n".join(rows)
-    rows = ["| claim | kind | paper | ours | tolerance | asserted | verdict | note |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| claim | kind | paper | ours | tolerance | asserted | verdict |",
+            "|---|---|---|---|---|---|---|"]
     rows += [_row(_legacy_row(d)) for d in ds]
+    rows += _notes(ds, "note")
     if any(d.get("timing") for d in ds):
-        rows.append(f"\n{TIMING_MARK} machine-dependent (a timing): the value is this run's, kept in the results "
+        rows.append(f"\n{TIMING_MARK}: machine-dependent, the value is this run's, kept in the results "
                     "file; the notebook tests do not compare it between machines.")
     return "\n".join(rows)
 

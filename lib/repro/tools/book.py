@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from ..report import CHECK_VERDICTS, VERDICTS, claims_markdown, counts
+from ..report import CHECK_VERDICTS, VERDICT_COLORS, VERDICTS, claims_markdown, counts, swatch
 from . import claims as claims_registry
 from . import provenance
 from .provenance import write_text_atomic
@@ -132,16 +132,8 @@ def quick_runtime(root: Path, paper: Paper) -> str:
     return f"{entry['seconds']:.0f} s on {where}"
 
 
-BAR_COLORS = {"Re": "#1b6ca8", "~Re": "#66a182", "not Re": "#d1495b", "inconclusive": "#edae49",
-              "untested": "#ffffff", "pass": "#bbbbbb", "fail": "#2e4057"}
-BAR_UNIT_PX = 14
-
-
-def _swatch(verdict: str, width: int, title: str = "") -> str:
-    border = "box-sizing:border-box;border:1px solid #888;" if verdict == "untested" else ""
-    tip = f' title="{title}"' if title else ""
-    return (f'<span{tip} style="display:inline-block;width:{width}px;height:0.9em;{border}'
-            f'background:{BAR_COLORS[verdict]}"></span>')
+BAR_COLORS = VERDICT_COLORS
+BAR_UNIT_PX = 8  # px per claim: the longest bar (18 claims) fits the page's column
 
 
 def verdict_bar(record: dict[str, Any] | None) -> str:
@@ -149,7 +141,7 @@ def verdict_bar(record: dict[str, Any] | None) -> str:
     if not record:
         return ""
     n = counts(record.get("claims", []))
-    segments = "".join(_swatch(v, n[v] * BAR_UNIT_PX, f"{n[v]} {v}") for v in BAR_COLORS if n[v])
+    segments = "".join(swatch(v, n[v] * BAR_UNIT_PX, f"{n[v]} {v}") for v in BAR_COLORS if n[v])
     return f'<span style="white-space:nowrap">{segments}</span>'
 
 
@@ -157,7 +149,7 @@ def render_overview(root: Path) -> list[str]:
     """The results page's first section: the book's totals, then one row per paper with its verdicts as a
     stacked bar."""
     _, papers = load_registry(root)
-    legend = " ".join(f"{_swatch(v, BAR_UNIT_PX)} {v}" for v in BAR_COLORS)
+    legend = " ".join(f"{swatch(v, BAR_UNIT_PX)} {v}" for v in BAR_COLORS)
     rows = ["## Overview", "", totals_line(root), "",
             "One row per paper: its paper claims by verdict and the checks of our own code, one block per claim. "
             f"Legend: {legend} (checks: pass / fail).", "",
@@ -285,7 +277,7 @@ def verdict_box(root: Path, paper: Paper) -> str:
     claims = [c for c in rec.get("claims", []) if c.get("verdict") in VERDICTS]
     if claims:
         lines.append(">")
-        lines += [f"> - {_swatch(c['verdict'], 10)} **{c['id']} {c['verdict']}**: {_short(str(c.get('text', '')))}"
+        lines += [f"> - {swatch(c['verdict'], 10)} **{c['id']} {c['verdict']}**: {_short(str(c.get('text', '')))}"
                   for c in claims]
     lines += [">", "> Every claim with its value, interval, control and rule: "
                    "[Paper vs. reproduced](#paper-vs-reproduced) at the end of this page."]
