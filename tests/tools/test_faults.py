@@ -353,6 +353,7 @@ def test_a_failed_notebook_keeps_its_page_under_a_warning(checkout):
     header = "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
     assert "did not succeed** (failed" in header and "ClaimFailed: C6 'not Re'" in header
     assert "more lines" not in header and f"results/logs/{stem}.quick.failed.ipynb" in header
+    assert "what it wrote" not in header  # the kernel wrote nothing: no folder is named
     assert "last successful run" in header and "28 s on" in header  # the badge keeps the last good runtime
     assert provenance.notebook_source_hash(nb_path) == before  # a generated cell: the results stay current
     man.record(batch.Outcome(stem, "quick", 0, "ok", 27.0))

@@ -298,11 +298,13 @@ def failure_banner(root: Path, paper: Paper) -> str:
         shown = f"its last successful run ({last.get('finished', 'time unknown')}, at {commit})"
     else:
         shown = "the outputs committed with the notebook"
-    copy = entry.get("output") or f"results/logs/{paper.stem}.quick.failed.ipynb"
+    copy = entry.get("output")
+    kept = f"results/logs/{paper.stem}.quick.failed/"
+    where = [f"the failed run's executed copy is `{copy}`" if copy else "the failed run left no executed copy",
+             f"what it wrote is in `{kept}`" if (root / kept).is_dir() else ""]
     return (f"\n\n> **Warning: the last quick-mode run of this notebook did not succeed** ({entry['status']}, "
             f"{entry.get('finished', 'time unknown')}: `{error.replace('`', chr(39))}`). This page shows {shown}; "
-            f"the failed run's executed copy is `{copy}` and what it wrote is in "
-            f"`results/logs/{paper.stem}.quick.failed/`.")
+            + " and ".join(w for w in where if w) + ".")
 
 
 def setup_source(root: Path) -> str:
