@@ -371,3 +371,10 @@ def test_run_with_book_renders_the_book_even_when_a_notebook_fails(root, capsys,
     built.clear()
     code, _, _ = repro(root, "run", "--no-progress", capsys=capsys)
     assert code == 1 and built == []
+
+
+def test_an_unwritable_build_folder_is_a_clear_error(checkout, capsys):
+    """Reliability probe 1.42: `repro book` with an unwritable _build/ printed jupyter-book's raw traceback."""
+    (checkout / "_build").write_text("not a folder")
+    code, _, err = repro(checkout, "book", capsys=capsys)
+    assert code == 2 and "cannot write the book into" in err and "_build" in err and "Traceback" not in err

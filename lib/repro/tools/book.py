@@ -492,6 +492,15 @@ def build(root: Path, strict: bool = True) -> int:
     """Sync, then render the HTML with Jupyter Book 1.x from the committed outputs (never executes).
     With ``strict``, Sphinx warnings are errors, so a broken page fails the build."""
     sync(root)
+    out = root / "_build"
+    try:  # an unwritable _build/ gave jupyter-book's raw traceback (reliability probe 1.42)
+        (out / "html").mkdir(parents=True, exist_ok=True)
+        (out / ".write-probe").write_text("")
+        (out / ".write-probe").unlink()
+    except OSError as e:
+        print(f"error: cannot write the book into {out} ({e.strerror or e}); make it writable or remove it, "
+              "then run python -m repro book again", file=sys.stderr)
+        return 2
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(root), "--builder", "html"]
     if strict:
