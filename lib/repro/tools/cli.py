@@ -200,7 +200,9 @@ def _run(args: argparse.Namespace, root: Path) -> int:
     if not args.book:
         return 1 if failed else 0
     built = book.build(root)
-    if failed:
+    if built:
+        print("error: the notebooks ran and are recorded, but the book could not be rendered (above)", file=sys.stderr)
+    elif failed:
         print(f"the book is rendered, but {len(failed)} notebook(s) did not succeed ({', '.join(failed)}): their "
               "pages show their last successful outputs under a warning; the failed runs are in results/logs/",
               file=sys.stderr)
