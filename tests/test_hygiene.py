@@ -14,7 +14,7 @@ import nbformat
 import pytest
 import yaml
 
-from repro import evidence, report
+from repro import evidence, plotting, report
 from repro.tools import book, claims, registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,3 +266,29 @@ def test_registry_lists_only_modules_and_packages_that_exist():
         if paper.notebook(ROOT).exists():
             for pkg in paper.packages:
                 assert importlib.metadata.version(pkg), pkg
+
+
+FIGURE_PENDING = set(registry.figure_policy_pending(ROOT))  # notebooks whose figures predate the policy
+_FIGSIZE = re.compile(r"figsize\s*=\s*\(\s*([0-9.]+)")
+_FONTSIZE = re.compile(r"\b(?:fontsize|labelsize|titlesize)\s*=\s*([0-9.]+)|[\"']font\.size[\"']\s*:\s*([0-9.]+)")
+
+
+def test_figures_follow_the_figure_policy(nb):
+    """Issue 34: every figure at most 7 in wide with no text below 9 pt, labelled axes and legends off the data
+    (repro.plotting.figure_problems, which run.savefig applies to each figure and records in the results file);
+    the source holds no wider figsize or smaller font size either. Notebooks listed in figure_policy_pending
+    (book/papers.yml) are exempt until their fidelity pass; one that already follows the policy must leave it."""
+    path, notebook = nb
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    wide = [w for w in _FIGSIZE.findall(code) if float(w) > plotting.MAX_WIDTH_IN]
+    small = [a or b for a, b in _FONTSIZE.findall(code) if float(a or b) < plotting.MIN_FONT_PT]
+    rec = json.loads(PAPERS[path.stem].results(ROOT).read_text())
+    problems = {name: p for name, p in rec.get("figures", {}).items() if p}
+    follows = not wide and not small and "figures" in rec and not problems
+    if path.stem[:2] in FIGURE_PENDING:
+        assert not follows, f"{path.stem} follows the figure policy: remove it from figure_policy_pending"
+        return
+    assert not wide, f"figsize widths {wide} in (at most {plotting.MAX_WIDTH_IN:g} in)"
+    assert not small, f"font sizes {small} pt (at least {plotting.MIN_FONT_PT:g} pt)"
+    assert "figures" in rec, "the results file predates the figure check: re-run the notebook"
+    assert not problems, f"figures that break the policy: {problems}"

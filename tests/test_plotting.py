@@ -7,6 +7,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -71,3 +73,57 @@ def test_explorer_refuses_bad_input(monkeypatch, shown):
         plotting.explorer(draw, frames=[{"s": 1}], t=[1])
     with pytest.raises(ValueError, match="1 to 12 frames"):
         plotting.explorer(draw, t=list(range(13)))
+
+
+def _good_figure():
+    plotting.use_style()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot([0, 1, 2], [0, 1, 4], label="ours")
+    ax.plot([0, 1, 2], [0, 2, 3], **plotting.PAPER)
+    ax.set(xlabel="step", ylabel="loss")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig, ax
+
+
+def test_a_figure_that_follows_the_policy_has_no_problems():
+    fig, _ = _good_figure()
+    assert plotting.figure_problems(fig) == []
+    plt.close(fig)
+
+
+def test_the_policy_finds_wide_figures_small_text_unlabelled_axes_and_covering_legends():
+    fig, ax = _good_figure()
+    fig.set_size_inches(14, 4)
+    ax.set_ylabel("")
+    ax.set_title("tiny", fontsize=7)
+    ax.legend(loc="center")  # on top of the data
+    ax.plot([1.0], [2.0], "o")
+    problems = " | ".join(plotting.figure_problems(fig))
+    assert "14 in wide" in problems and "text at 7 pt" in problems
+    assert "the y axis has numeric tick labels but no label" in problems
+    assert "the x axis" not in problems and "legend covers" in problems
+    plt.close(fig)
+
+
+def test_categorical_hidden_and_shared_tick_labels_need_no_axis_label():
+    plotting.use_style()
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3), sharey=True)
+    for ax in axes:
+        ax.bar(["Adam", "Muon"], [1.0, 2.0])
+    axes[0].set_ylabel("loss")  # the right panel's y tick labels are hidden (shared axis)
+    assert plotting.figure_problems(fig) == []
+    plt.close(fig)
+
+
+def test_run_savefig_records_the_problems(tmp_path, monkeypatch):
+    from repro.runtime import Run
+    from repro.tools import paths
+
+    monkeypatch.setattr(paths, "figure_file", lambda slug, name: tmp_path / f"{name}.png")
+    run = Run(slug="99-test", mode="quick", seed=0, device=None, rng=np.random.default_rng(0))
+    fig, ax = _good_figure()
+    run.savefig(fig, "good")
+    fig.set_size_inches(9, 3)
+    run.savefig(fig, "wide")
+    assert run.figures["good"] == [] and "9 in wide" in run.figures["wide"][0]
+    plt.close(fig)

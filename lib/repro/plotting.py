@@ -4,7 +4,13 @@ One palette and one set of rcParams for all nineteen notebooks; the paper's repo
 :data:`PAPER` (black open markers) so that a reader always knows which points are the paper's.
 :func:`explorer` is the notebooks' interactive landscape: a slider widget when a person runs the notebook, a
 static animation when the notebook is executed headless (the runner, the tests), which is what the book shows.
-Figures are saved with ``run.savefig`` (:class:`repro.runtime.Run`).
+Figures are saved with ``run.savefig`` (:class:`repro.runtime.Run`), which also checks them against the figure
+policy (:func:`figure_problems`) and records what it finds in the results file.
+
+The figure policy (the reader issue), so that every figure can be read at the size the page shows it: at most
+:data:`MAX_WIDTH_IN` inches wide (a row of four panels becomes two rows), no text below :data:`MIN_FONT_PT` points,
+shown as a 2x PNG, every axis with numeric ticks labelled, legends off the data, and the paper's value drawn with
+:data:`PAPER` wherever the paper reports one (the last one is for the author to keep; it cannot be checked).
 """
 
 from __future__ import annotations
@@ -44,9 +50,88 @@ EXPLORER_DPI = 72  # one frame/dpi policy keeps an explorer's animation well und
 EXPLORER_MAX_FRAMES = 12
 
 
+MAX_WIDTH_IN = 7.0  # the book's text column shows a 7 in figure at about 1:1, so a 9 pt label stays 9 pt
+MIN_FONT_PT = 9.0
+
+
 def use_style() -> None:
-    """Apply the house style to matplotlib (idempotent)."""
+    """Apply the house style to matplotlib and show inline figures as 2x PNG (idempotent)."""
     mpl.rcParams.update(STYLE)
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # matplotlib without a Jupyter kernel: nothing is shown inline
+        return
+    set_matplotlib_formats("retina")
+
+
+def figure_problems(fig: Any) -> list[str]:
+    """Where ``fig`` breaks the figure policy (module docstring), one sentence each; empty if it follows it.
+
+    Draws the figure to measure it: the width, every visible text's size, each panel's axis labels (an axis
+    whose tick labels are numbers needs a label; hidden, shared or categorical tick labels do not) and the data
+    points (line vertices and scatter offsets in data coordinates) that a panel's legend covers."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    width = float(fig.get_size_inches()[0])
+    if width > MAX_WIDTH_IN + 1e-6:
+        problems.append(f"{width:g} in wide (at most {MAX_WIDTH_IN:g} in: put a row of panels into two rows)")
+    small = sorted({round(float(t.get_fontsize()), 1) for t in fig.findobj(mpl.text.Text)
+                    if t.get_visible() and t.get_text().strip() and t.get_fontsize() < MIN_FONT_PT - 1e-6})
+    if small:
+        problems.append(f"text at {', '.join(f'{s:g}' for s in small)} pt (at least {MIN_FONT_PT:g} pt)")
+    for i, ax in enumerate(fig.axes):
+        problems += [f"panel {i + 1}: {p}" for p in _panel_problems(ax, renderer)]
+    return problems
+
+
+def _panel_problems(ax: Any, renderer: Any) -> list[str]:
+    if not ax.get_visible() or not ax.axison or ax.name != "rectilinear" or hasattr(ax, "_colorbar"):
+        return []
+    if not (ax.lines or ax.collections or ax.images or ax.patches):
+        return []
+    out = [f"the {name} axis has numeric tick labels but no label"
+           for name, axis, label in (("x", ax.xaxis, ax.get_xlabel()), ("y", ax.yaxis, ax.get_ylabel()))
+           if not label.strip() and _numeric_ticks(axis)]
+    legend = ax.get_legend()
+    if legend is not None and legend.get_visible():
+        box = legend.get_window_extent(renderer)
+        covered = int(sum(((xy >= (box.x0, box.y0)) & (xy <= (box.x1, box.y1))).all(axis=1).sum()
+                          for xy in _data_points(ax)))
+        if covered:
+            out.append(f"the legend covers {covered} data point(s): place it off the data (e.g. outside the axes)")
+    return out
+
+
+def _numeric_ticks(axis: Any) -> bool:
+    """True if ``axis`` shows tick labels that are numbers (not hidden, not category names)."""
+    if not axis.get_visible():
+        return False
+    texts = [t.get_text().strip() for t in axis.get_ticklabels() if t.get_visible() and t.get_text().strip()]
+    if not texts:
+        return False
+    def number(text: str) -> bool:
+        cleaned = text.replace("\u2212", "-").replace("$", "").replace("\\mathdefault{", "").replace("}", "")
+        cleaned = cleaned.replace("^", "e").replace("{", "").replace("%", "").replace("×", "")
+        try:
+            float(cleaned.replace("10e", "1e"))
+        except ValueError:
+            return False
+        return True
+    return sum(number(t) for t in texts) * 2 > len(texts)
+
+
+def _data_points(ax: Any) -> list[np.ndarray]:
+    """The display coordinates of ``ax``'s line vertices and scatter offsets drawn in data coordinates."""
+    points = []
+    for line in ax.lines:
+        if line.get_visible() and line.get_transform() == ax.transData and len(line.get_xydata()):
+            points.append(ax.transData.transform(np.asarray(line.get_xydata(), dtype=float)))
+    for coll in ax.collections:
+        offsets = np.asarray(coll.get_offsets(), dtype=float)
+        if coll.get_visible() and offsets.ndim == 2 and len(offsets) and coll.get_offset_transform() == ax.transData:
+            points.append(ax.transData.transform(offsets))
+    return [p[np.isfinite(p).all(axis=1)] for p in points]
 
 
 def headless() -> bool:

@@ -177,6 +177,7 @@ def finish(
     elapsed: float | None = None,
     display: bool = True,
     registry_entries: Mapping[str, registry.Entry] | None = None,
+    figures: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Write ``results/<slug>.json`` (full mode: ``results/full/<slug>.json``), show the claims table and
     raise :class:`ClaimFailed` if an asserted claim does not hold. Returns the written record.
@@ -184,7 +185,8 @@ def finish(
     ``claims`` is ``{claim id: measurement}`` for a notebook on the claims registry (its entries are read from
     ``lib/repro/claims/<slug>.yml`` unless ``registry_entries`` are given), or an old-style list of :class:`Claim`.
     Notebooks call it through ``run.finish`` (:class:`repro.runtime.Run`), which fills in everything but the
-    measurements and metrics."""
+    measurements and metrics. ``figures`` maps each saved figure to its figure-policy problems
+    (:func:`repro.plotting.figure_problems`; ``run.savefig`` collects them)."""
     paths.check_mode(mode)
     if not claims:
         raise ValueError("finish() needs at least one claim")
@@ -202,6 +204,7 @@ def finish(
         "claims": records,
         "metrics": dict(metrics or {}),
         "runtime_s": elapsed,
+        "figures": {k: list(v) for k, v in (figures or {}).items()},
         "hardware": provenance.hardware(),
         "versions": provenance.versions(packages),
         "sources": provenance.sources(slug),

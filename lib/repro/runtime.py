@@ -99,6 +99,7 @@ class Run:
     device: torch.device
     rng: np.random.Generator
     packages: tuple[str, ...] = field(default=())
+    figures: dict[str, list[str]] = field(default_factory=dict)  # name -> figure-policy problems (run.savefig)
 
     @property
     def quick(self) -> bool:
@@ -117,9 +118,12 @@ class Run:
         """Save ``fig`` as ``results/figures/<slug>/<name>.png`` (for readers who want the files); the notebook
         still shows it inline, and the book renders that inline copy. Returns nothing, so a cell may end with it
         without printing a path (the outputs hold no paths)."""
+        from . import plotting
+
         out = paths.figure_file(self.slug, name)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, metadata={"Software": None})
+        self.figures[name] = plotting.figure_problems(fig)
 
     def finish(self, claims: list[Any], metrics: Mapping[str, Any] | None = None,
                display: bool = True) -> dict[str, Any]:
@@ -128,7 +132,8 @@ class Run:
         from . import report
 
         return report.finish(self.slug, mode=self.mode, seed=self.seed, claims=claims, metrics=metrics,
-                             packages=self.packages, elapsed=elapsed(), display=display)
+                             packages=self.packages, elapsed=elapsed(), display=display,
+                             figures=self.figures)
 
 
 def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run:

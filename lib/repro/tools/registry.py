@@ -68,13 +68,24 @@ def find(stem: str, root: Path | None = None) -> Paper | None:
     return next((p for p in load_registry(root)[1] if p.stem == stem), None)
 
 
-def legacy_claims(root: Path) -> list[str]:
-    """The numbers of the notebooks still on old-style ``Claim`` lists (``legacy_claims`` in ``book/papers.yml``)."""
+def _paper_list(root: Path, key: str) -> list[str]:
+    """The notebook numbers listed under ``key`` in ``book/papers.yml`` (each must name a paper)."""
     data = yaml.safe_load((root / REGISTRY).read_text())
-    listed = [str(n).zfill(2) for n in data.get("legacy_claims") or []]
+    listed = [str(n).zfill(2) for n in data.get(key) or []]
     numbers = {str(n) for n in data["papers"]}
     unknown = sorted(set(listed) - numbers)
     if unknown:
-        raise ValueError(f"book/papers.yml: legacy_claims lists papers that do not exist: {unknown}")
+        raise ValueError(f"book/papers.yml: {key} lists papers that do not exist: {unknown}")
     return listed
+
+
+def legacy_claims(root: Path) -> list[str]:
+    """The numbers of the notebooks still on old-style ``Claim`` lists (``legacy_claims`` in ``book/papers.yml``)."""
+    return _paper_list(root, "legacy_claims")
+
+
+def figure_policy_pending(root: Path) -> list[str]:
+    """The numbers of the notebooks whose figures do not yet follow :func:`repro.plotting.figure_problems`
+    (``figure_policy_pending`` in ``book/papers.yml``; the fidelity issues apply the policy and shorten it)."""
+    return _paper_list(root, "figure_policy_pending")
 
