@@ -83,6 +83,15 @@ def test_skeleton(nb):
     assert "NBVAL_CHECK_OUTPUT" not in finishing[0].source and "hide-input" in tags(finishing[0])
 
 
+def test_no_test_markers_or_lint_comments_on_the_page(nb):
+    """Issue 34: what a reader sees of a code cell is code: no nbval markers, no ``# noqa`` / ``# type: ignore``
+    (the lint configuration in pyproject.toml carries the notebooks' exceptions)."""
+    path, notebook = nb
+    marked = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code"
+              and re.search(r"#\s*(?:noqa|type:\s*ignore|NBVAL_|fmt:)", c.source)]
+    assert not marked, f"cells {marked} carry test markers or lint comments"
+
+
 def test_committed_with_clean_quick_outputs(nb):
     path, notebook = nb
     code = [c for c in notebook.cells if c.cell_type == "code"]

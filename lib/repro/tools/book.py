@@ -190,8 +190,19 @@ def render_results_page(root: Path) -> str:
                   f"Paper claims: {verdict_counts(rec)}; checks of our code: {check_counts(rec)} "
                   f"(mode {rec['mode']}, seed {rec['seed']}).", "",
                   claims_markdown(rec["claims"]), ""]
+        lines += _figure_links(p, provenance.read_notebook(p.notebook(root)))
         lines += _revisions(rec)
     return "\n".join(lines)
+
+
+def _figure_links(paper: Paper, nb: dict[str, Any]) -> list[str]:
+    """"Figures: Fig. 05.3 (C1, C2), ..." under a paper's claims table, each a link to the figure on its page."""
+    shown = [f for _, f in figures(paper, nb)]
+    if not shown:
+        return []
+    parts = [f"{{ref}}`Fig. {f.number} <{f.label}>`" + (f" ({', '.join(f.claims)})" if f.claims else "")
+             for f in shown]
+    return [f"Figures on the page (with the claims their section names): {'; '.join(parts)}.", ""]
 
 
 def render_readme_table(root: Path) -> str:
@@ -359,30 +370,102 @@ def claims_source(root: Path, paper: Paper) -> str | None:
     return "\n".join(lines)
 
 
+class SyncError(ValueError):
+    """A notebook's generated cells cannot be written: its tagged cells do not match what sync needs."""
+
+
 def _tags(cell: dict[str, Any]) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
 
 
+_SAVEFIG = re.compile(r"\.savefig\(\s*\w+\s*,\s*[\"']([A-Za-z0-9_-]+)[\"']\s*\)")
+_HEADING = re.compile(r"^#{2,4} +(.+?)\s*$", re.M)
+_CLAIM_RANGE = re.compile(r"\b(C|K)(\d+)[a-z]?(?:\s*[–-]\s*(?:C|K)?(\d+))?")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of a notebook's page: its label (``fig-NN-name``, for ``{ref}``), its number ("05.2": the
+    notebook's number and the figure's place on its page), the caption (the heading of the section that draws
+    it) and the claim ids that heading names."""
+
+    label: str
+    number: str
+    caption: str
+    claims: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        return f"Fig. {self.number} · {self.caption}"
+
+
+def _claim_ids(text: str) -> tuple[str, ...]:
+    """The claim ids a heading names: "C3", "C2–C4" (a range), "checks K1–K6"."""
+    ids: list[str] = []
+    for prefix, first, last in _CLAIM_RANGE.findall(text):
+        ids += [f"{prefix}{i}" for i in range(int(first), int(last or first) + 1)]
+    return tuple(dict.fromkeys(ids))
+
+
+def figures(paper: Paper, nb: dict[str, Any]) -> list[tuple[int, Figure]]:
+    """The figures a notebook's page shows, with the index of the cell that draws each: a code cell with one
+    ``run.savefig(fig, "name")`` and at most one displayed output (the figure), captioned by its section's
+    heading. A cell that shows nothing in the committed outputs (a full-mode figure) gets no figure."""
+    out, heading = [], paper.title
+    for i, cell in enumerate(nb["cells"]):
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            found = _HEADING.findall(src)
+            heading = found[-1] if found else heading
+            continue
+        names = _SAVEFIG.findall(src)
+        shown = [o for o in cell.get("outputs", []) if o.get("output_type") in ("display_data", "execute_result")]
+        if len(names) == 1 and len(shown) == 1 and "image/png" in shown[0].get("data", {}):
+            caption = heading.rstrip(".")
+            number = f"{paper.number}.{len(out) + 1}"
+            out.append((i, Figure(f"fig-{paper.number}-{names[0]}", number, caption, _claim_ids(caption))))
+    return out
+
+
+def _figure_metadata(nb: dict[str, Any], paper: Paper) -> bool:
+    """Caption and label every figure cell (MyST-NB's ``mystnb.figure`` cell metadata); drop stale ones."""
+    wanted = {i: {"name": f.label, "caption": f.title} for i, f in figures(paper, nb)}
+    changed = False
+    for i, cell in enumerate(nb["cells"]):
+        meta = cell.setdefault("metadata", {})
+        current = meta.get("mystnb", {}).get("figure")
+        if current == wanted.get(i):
+            continue
+        changed = True
+        if i in wanted:
+            meta.setdefault("mystnb", {})["figure"] = wanted[i]
+        else:
+            meta["mystnb"].pop("figure")
+            if not meta["mystnb"]:
+                meta.pop("mystnb")
+    return changed
+
+
 def sync_notebook(root: Path, paper: Paper, nb: dict[str, Any]) -> bool:
-    """Rewrite ``nb``'s header and setup cells, and the "Claims under test" cell of a notebook on the claims
-    registry, in place; return whether anything changed."""
+    """Rewrite ``nb``'s header and setup cells, the "Claims under test" cell of a notebook on the claims
+    registry and the figures' captions and labels (:func:`figures`), in place; return whether anything changed."""
     cells = nb["cells"]
     header = [c for c in cells if HEADER_TAG in _tags(c)]
     setup = [c for c in cells if SETUP_TAG in _tags(c)]
     if len(header) != 1 or len(setup) != 1:
-        raise ValueError(f"{paper.stem}: needs exactly one '{HEADER_TAG}' cell and one '{SETUP_TAG}' cell")
+        raise SyncError(f"{paper.stem}: needs exactly one '{HEADER_TAG}' cell and one '{SETUP_TAG}' cell")
     generated = [(header[0], header_source(root, paper)), (setup[0], setup_source(root))]
     listed = [c for c in cells if CLAIMS_TAG in _tags(c)]
     claims_md = claims_source(root, paper)
     if claims_md is not None and len(listed) != 1:
-        raise ValueError(f"{paper.stem}: on the claims registry, so it needs exactly one markdown cell tagged "
+        raise SyncError(f"{paper.stem}: on the claims registry, so it needs exactly one markdown cell tagged "
                          f"'{CLAIMS_TAG}' (sync fills it from {claims_registry.registry_file(paper.stem).name})")
     if claims_md is None and listed:
-        raise ValueError(f"{paper.stem}: a '{CLAIMS_TAG}' cell but no claims registry "
+        raise SyncError(f"{paper.stem}: a '{CLAIMS_TAG}' cell but no claims registry "
                          f"({claims_registry.registry_file(paper.stem)})")
     if claims_md is not None:
         generated.append((listed[0], claims_md))
-    changed = False
+    changed = _figure_metadata(nb, paper)
     for cell, src in generated:
         if "".join(cell["source"]) != src:
             cell["source"] = src
@@ -470,7 +553,8 @@ def out_of_sync(root: Path) -> list[str]:
 
 
 def sync(root: Path) -> list[str]:
-    """Regenerate the derived files and notebook header/setup cells; return what changed."""
+    """Regenerate the derived files and notebook header/setup cells; return what changed. A notebook whose
+    tagged cells sync cannot use is skipped and named in the :class:`SyncError` raised at the end."""
     import nbformat
 
     changed = []
@@ -478,13 +562,21 @@ def sync(root: Path) -> list[str]:
         if not path.exists() or path.read_text() != text:
             write_text_atomic(path, text)
             changed.append(str(path.relative_to(root)))
+    errors = []
     for paper in load_registry(root)[1]:
         path = paper.notebook(root)
-        if path.exists():
-            nb = provenance.read_notebook(path)
+        if not path.exists():
+            continue
+        nb = provenance.read_notebook(path)
+        try:
             if sync_notebook(root, paper, nb):
                 write_text_atomic(path, nbformat.writes(nb) + "\n")
                 changed.append(str(path.relative_to(root)))
+        except SyncError as e:  # one notebook's cells do not stop the others from being synced
+            errors.append(str(e))
+    if errors:
+        raise SyncError("; ".join(errors) + (f" (the other notebooks were synced: {', '.join(changed)})"
+                                             if changed else ""))
     return changed
 
 

@@ -143,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return trace.main([args.a, args.b])
     root = _root(args.root)
+    from .book import SyncError
+    from .claims import RegistryError
     from .provenance import UnreadableFile
 
     try:
         return _command(args, root)
     except UnreadableFile as e:  # a corrupt notebook, results file or manifest: named, never taken for missing
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (SyncError, RegistryError) as e:  # a notebook's tagged cells or a claims registry sync cannot use
         print(f"error: {e}", file=sys.stderr)
         return 2
 
