@@ -509,19 +509,24 @@ ASSETS: list[Asset] = [
 ]
 
 
-def prepare_all(progress: bool = True) -> int:
-    """Prepare every asset of :data:`ASSETS` (``python -m repro prepare``); idempotent, a second run takes seconds.
-    Returns the exit code: 0 if all are ready, 1 if any failed (each failure is printed with its fix)."""
+def prepare_all(progress: bool = True, only: Sequence[str] = ()) -> int:
+    """Prepare every asset of :data:`ASSETS` (``python -m repro prepare``), or those named in ``only``
+    (``--only NAME``, as a notebook's setup cell does); idempotent, a second run takes seconds. Returns the exit
+    code: 0 if all are ready, 1 if any failed (each failure is printed with its fix)."""
+    unknown = sorted(set(only) - {a.name for a in ASSETS})
+    if unknown:
+        raise ValueError(f"unknown asset(s) {unknown}; the assets are {[a.name for a in ASSETS]}")
+    chosen = [a for a in ASSETS if not only or a.name in only]
     failed = 0
-    _say(progress, f"preparing {len(ASSETS)} offline assets in {cache_dir()}")
-    for i, asset in enumerate(ASSETS, 1):
+    _say(progress, f"preparing {len(chosen)} offline asset(s) in {cache_dir()}")
+    for i, asset in enumerate(chosen, 1):
         t0 = time.perf_counter()
-        _say(progress, f"[{i}/{len(ASSETS)}] {asset.name} ...")
+        _say(progress, f"[{i}/{len(chosen)}] {asset.name} ...")
         try:
             status = asset.prepare(progress)
         except (AssetMissingError, CorruptCacheError, RuntimeError, OSError, ValueError) as e:
-            print(f"[{i}/{len(ASSETS)}] {asset.name}: FAILED: {e}", file=sys.stderr, flush=True)
+            print(f"[{i}/{len(chosen)}] {asset.name}: FAILED: {e}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        _say(progress, f"[{i}/{len(ASSETS)}] {asset.name}: {status} [{time.perf_counter() - t0:.1f} s]")
+        _say(progress, f"[{i}/{len(chosen)}] {asset.name}: {status} [{time.perf_counter() - t0:.1f} s]")
     return 1 if failed else 0

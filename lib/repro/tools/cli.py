@@ -115,7 +115,9 @@ def parser() -> argparse.ArgumentParser:
                         "successful outputs, under a warning; exit 1 if a notebook or the build failed")
     b = sub.add_parser("book", help="render the HTML from the committed notebooks (never executes)")
     b.add_argument("--no-strict", action="store_true", help="do not turn Sphinx warnings into errors")
-    sub.add_parser("prepare", help="build the offline assets (pretrained models) once; idempotent")
+    pr = sub.add_parser("prepare", help="build the offline assets (pretrained models) once; idempotent")
+    pr.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="only this asset (repeatable), e.g. SmolLM2-135M-Instruct; default: every asset")
     n = sub.add_parser("new", help="create the notebook skeleton of paper NN (from book/papers.yml)")
     n.add_argument("number", help="the paper's number, e.g. 07")
     pt = sub.add_parser("portability", help="compare quick-mode claims under two numeric environments")
@@ -231,7 +233,11 @@ def _command(args: argparse.Namespace, root: Path) -> int:
     if args.cmd == "prepare":
         from ..common import assets  # the one command that needs torch: it converts models
 
-        return assets.prepare_all()
+        try:
+            return assets.prepare_all(only=args.only)
+        except ValueError as e:  # an unknown asset name
+            print(f"error: --only: {e}", file=sys.stderr)
+            return 2
     if args.cmd == "new":
         from .scaffold import new_notebook
 

@@ -47,7 +47,7 @@ def skeleton(root: Path, paper: Paper) -> nbformat.NotebookNode:
         _md("## The paper in brief\n\nIn our own words: the problem, the method, what is new "
             "{cite}`key-of-the-paper`; what the controls are and why they would fail without the paper's effect."),
         _tagged(_md(claims_source(root, paper) or "### Claims under test"), CLAIMS_TAG),
-        _code(setup_source(root), SETUP_TAG, "hide-input"),
+        _code(setup_source(root, paper), SETUP_TAG, "hide-input"),
         _code('MODE = "quick"  # "quick": CI scale (<= 120 s on 2 CPU cores); "full": the larger run\n'
               "SEED = 0\n"
               'DEVICE = "auto"  # "auto" picks cuda > mps > cpu', "parameters"),

@@ -30,6 +30,8 @@ Deliberate deviations from the paper and its code:
   here, Draco (DracoPy) is the real codec compared with.
 """
 
+from repro.papers import lazy_exports
+
 from .codec import (
     CorruptStream,
     Encoded,
@@ -40,24 +42,6 @@ from .codec import (
     encode_detailed,
     encode_level,
     pmf_to_freq,
-)
-from .experiment import (
-    Corpus,
-    LatencySlice,
-    Models,
-    RateDistortion,
-    Recipe,
-    coder_overhead,
-    count_lossless_failures,
-    decode_times,
-    latency_slice,
-    level_bits,
-    make_corpus,
-    moving_average,
-    order_inversions,
-    rate_distortion,
-    scan_bits,
-    train_models,
 )
 from .lidar import Scene, make_scans, make_scene, ray_cast, spin_lidar
 from .metrics import bd_rate, bits_per_point, d1_mse, d1_psnr
@@ -72,6 +56,15 @@ from .model import (
     train,
 )
 from .octree import Grid, Octree, build_octree, dequantize, level_context, octree_contexts, quantize, rebuild
+
+# The harness and what it compares with import their dependencies on first use (repro.papers.lazy_exports).
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "experiment": [
+        "Corpus", "LatencySlice", "Models", "RateDistortion", "Recipe", "coder_overhead", "count_lossless_failures",
+        "decode_times", "latency_slice", "level_bits", "make_corpus", "moving_average", "order_inversions",
+        "rate_distortion", "scan_bits", "train_models",
+    ],
+})
 
 __all__ = [
     "AncestorMLP", "CorruptStream", "Corpus", "CountTable", "CoupledCausalModel", "Encoded", "Grid", "LatencySlice",

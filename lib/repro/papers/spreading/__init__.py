@@ -29,42 +29,28 @@ Deliberate deviations:
   Barabási–Albert and Holme–Kim graphs stand in.
 """
 
+from repro.papers import lazy_exports, require
+
+require(__name__, ["networkx"])  # the graphs of the method itself (engine, observers, mean field)
+
 from .control import CEMResult, cem_optimize, fit_return_quantiles, quantile_huber_loss, truncate_target_atoms
 from .engine import CSRGraph, MarkovSIR, RenewalSIR, StepResult, csr_graph
-from .env import (
-    OBSERVERS,
-    SIMULATORS,
-    ControlTask,
-    SpreadingControlEnv,
-    crn_draws,
-    hubs_only,
-    make_simulator,
-    policy_returns,
-    rollout,
-)
-from .experiment import (
-    EON_METHODS,
-    GRAPH_FAMILIES,
-    Evaluation,
-    Outbreaks,
-    OutbreakStats,
-    beta_scan,
-    early_outcome_auc,
-    engine_final_sizes,
-    eon_final_sizes,
-    evaluate,
-    hub_blindness,
-    import_eon,
-    make_graph,
-    mean_field_curve,
-    outbreak_stats,
-    record_outbreaks,
-    train_cem,
-    train_sb3,
-)
 from .hazards import Exponential, Gamma, Law, LogNormal, Weibull, period_survival
 from .mean_field import MeanFieldSIR, mean_field_ode
 from .observation import degree_tiers, global_observation, stratified_observation, tier_sizes
+
+# The harness and what it compares with import their dependencies on first use (repro.papers.lazy_exports).
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "env": [
+        "OBSERVERS", "SIMULATORS", "ControlTask", "SpreadingControlEnv", "crn_draws", "hubs_only", "make_simulator",
+        "policy_returns", "rollout",
+    ],
+    "experiment": [
+        "EON_METHODS", "GRAPH_FAMILIES", "Evaluation", "Outbreaks", "OutbreakStats", "beta_scan",
+        "early_outcome_auc", "engine_final_sizes", "eon_final_sizes", "evaluate", "hub_blindness", "import_eon",
+        "make_graph", "mean_field_curve", "outbreak_stats", "record_outbreaks", "train_cem", "train_sb3",
+    ],
+})
 
 __all__ = [
     "beta_scan", "cem_optimize", "CEMResult", "ControlTask", "crn_draws", "csr_graph", "CSRGraph", "degree_tiers",
