@@ -85,7 +85,7 @@ def render_toc(root: Path) -> str:
             toc["parts"].append({"caption": part, "chapters": chapters})
     toc["parts"].append({"caption": "Results", "chapters": [{"file": "book/results"},
                                                              {"file": "book/references"}]})
-    toc["parts"].append({"caption": "About", "chapters": [{"file": "book/contributing"}]})
+    toc["parts"].append({"caption": "About", "chapters": [{"file": "book/api"}, {"file": "book/contributing"}]})
     return f"# {GENERATED}\n" + yaml.safe_dump(toc, sort_keys=False)
 
 
@@ -542,6 +542,10 @@ def generated_files(root: Path) -> dict[Path, str]:
         root / "book" / "results.md": render_results_page(root),
         readme: _replace_block(readme.read_text(), README_START, README_END, render_readme_table(root)),
     }
+    if (root / "book").is_dir() and (root / "lib" / "repro").is_dir():
+        from .apidoc import render_api_page
+
+        files[root / "book" / "api.md"] = render_api_page(root)
     index = root / INDEX_FILE
     if index.exists():
         files[index] = _replace_block(index.read_text(), INDEX_START, INDEX_END, render_package_index(root),
