@@ -3,6 +3,7 @@ their schemas (check-jsonschema's bundled copies: no network), and links from th
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,54 @@ def test_book_links_results_contributing_and_repository():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     assert "book/contributing" in files and "book/results" in files
+
+
+def test_the_version_agrees_in_pyproject_citation_and_changelog():
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    top = next(ln for ln in (ROOT / "CHANGELOG.md").read_text().splitlines() if ln.startswith("## "))
+    assert str(cff["version"]) == version and top.startswith(f"## {version} (")
+    assert f"({cff['date-released']})" in top
+    tags = subprocess.run(["git", "tag", "--list", "v*"], capture_output=True, text=True, cwd=ROOT).stdout.split()
+    assert all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in tags)  # a release tag names a version ...
+    older = [t for t in tags if t != f"v{version}"]
+    assert all(_ver(t[1:]) < _ver(version) for t in older), f"tags {older} are not older than {version}"
+
+
+def _ver(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def test_citation_lists_every_reproduced_paper():
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    papers = book.load_registry(ROOT)[1]
+    notes = [r["notes"] for r in cff["references"]]
+    assert notes == [f"Reproduced in notebooks/{p.stem}.ipynb" for p in papers]
+    assert all(r["authors"] and r["title"] for r in cff["references"])
+
+
+def test_a_wheel_and_an_sdist_build_and_carry_the_claims_registry(tmp_path):
+    """The distribution a user installs: the library with its claims registry (package data), no notebooks."""
+    import tarfile
+    import zipfile
+
+    import shutil
+
+    src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info next to the sources
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "lib", src / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    code = ("import sys\nfrom setuptools import build_meta as b\n"
+            f"w = b.build_wheel({str(tmp_path)!r}); s = b.build_sdist({str(tmp_path)!r})\nprint('BUILT', w, s)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=src, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    wheel_name, sdist_name = done.stdout.split("BUILT", 1)[1].split()
+    wheel = zipfile.ZipFile(tmp_path / wheel_name).namelist()
+    assert "repro/claims/05-linear-contracts.yml" in wheel and "repro/papers/pogo/method.py" in wheel
+    assert not [n for n in wheel if n.endswith(".ipynb") or n.startswith("tests/")]
+    with tarfile.open(tmp_path / sdist_name) as sdist:
+        names = sdist.getnames()
+    assert any(n.endswith("lib/repro/papers/pace/codec.py") for n in names)

@@ -546,6 +546,12 @@ def generated_files(root: Path) -> dict[Path, str]:
         from .apidoc import render_api_page
 
         files[root / "book" / "api.md"] = render_api_page(root)
+    cff = root / "CITATION.cff"
+    if cff.exists() and (root / "book" / "references.bib").exists():
+        from . import citation
+
+        refs = citation.render_references(root, load_registry(root)[1])
+        files[cff] = _replace_block(cff.read_text(), citation.START, citation.END, refs, "CITATION.cff")
     index = root / INDEX_FILE
     if index.exists():
         files[index] = _replace_block(index.read_text(), INDEX_START, INDEX_END, render_package_index(root),

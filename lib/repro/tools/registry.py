@@ -31,6 +31,7 @@ class Paper:
     # move; only the verdicts must hold). The reason goes in the comment beside the entry.
     numerics: str = "values"
     headline: str = ""  # the paper's headline claim in one line, in our words (the page's verdict box)
+    cite: str = ""  # the paper's key in book/references.bib (CITATION.cff's references are generated from it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "packages", tuple(self.packages))
