@@ -301,3 +301,94 @@ def test_figures_follow_the_figure_policy(nb):
     assert not small, f"font sizes {small} pt (at least {plotting.MIN_FONT_PT:g} pt)"
     assert "figures" in rec, "the results file predates the figure check: re-run the notebook"
     assert not problems, f"figures that break the policy: {problems}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The layers of the library (issue 41): papers never import another paper, the notebook runtime or the tools;
+# the tools import no torch when they are loaded (the book renders without it).
+
+
+def _imports(path: Path, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """(level, absolute-or-relative module) of every import in ``path`` (only those run at import time when
+    ``top_level_only``: module body, including its if/try blocks, not function bodies)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree) if not top_level_only else _module_level(tree.body)
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [(0, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.level, node.module or ""))
+            if node.module is None or node.level:  # from . import x / from .. import y: the names are modules
+                out += [(node.level, f"{node.module + '.' if node.module else ''}{a.name}") for a in node.names]
+    return out
+
+
+def _module_level(body):
+    import ast
+
+    for node in body:
+        yield node
+        if isinstance(node, ast.If | ast.Try | ast.With):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(node, field, []):
+                    yield from _module_level(child.body if isinstance(child, ast.ExceptHandler) else [child])
+
+
+def layer_violations(lib: Path) -> list[str]:
+    """Where ``lib/repro`` breaks its layering: a paper package importing another paper, ``repro.runtime``,
+    ``repro.report`` or ``repro.tools``; a ``tools`` module importing torch at import time."""
+    bad = []
+    papers = lib / "repro" / "papers"
+    for path in sorted(papers.glob("*/**/*.py")):
+        own = path.relative_to(papers).parts[0]
+        depth = len(path.relative_to(papers).parts) - 1  # the level of a relative import that reaches papers/
+        for level, module in _imports(path):
+            target = module if level == 0 else ("repro.papers." + module if level == depth + 1 else
+                                                "repro." + module if level == depth + 2 else f"{own}.{module}")
+            parts = target.split(".")
+            if parts[:2] == ["repro", "papers"] and len(parts) > 2 and parts[2] not in (own, "lazy_exports",
+                                                                                       "require"):
+                bad.append(f"{path.relative_to(lib)} imports another paper: {parts[2]}")
+            if parts[:2] in (["repro", "runtime"], ["repro", "report"], ["repro", "tools"]):
+                bad.append(f"{path.relative_to(lib)} imports {'.'.join(parts[:2])} (papers use repro.common only)")
+    for path in sorted((lib / "repro" / "tools").glob("*.py")):
+        for _, module in _imports(path, top_level_only=True):
+            if module.split(".")[0] == "torch":
+                bad.append(f"{path.relative_to(lib)} imports torch when loaded")
+    return list(dict.fromkeys(bad))
+
+
+def test_the_library_keeps_its_layers():
+    assert layer_violations(ROOT / "lib") == []
+
+
+def test_the_layer_check_finds_a_paper_importing_another_and_a_tool_importing_torch(tmp_path):
+    for rel, text in {"repro/papers/alpha/__init__.py": "from .method import f\n",
+                      "repro/papers/alpha/method.py": "from repro.papers.beta import g\nfrom ..beta.core import h\n",
+                      "repro/papers/beta/__init__.py": "from repro.runtime import setup\n",
+                      "repro/papers/beta/core.py": "from repro.common import stats\nfrom . import helpers\n",
+                      "repro/tools/fine.py": "def f():\n    import torch\n",
+                      "repro/tools/heavy.py": "try:\n    import torch\nexcept ImportError:\n    pass\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = layer_violations(tmp_path)
+    assert found == ["repro/papers/alpha/method.py imports another paper: beta",
+                     "repro/papers/beta/__init__.py imports repro.runtime (papers use repro.common only)",
+                     "repro/tools/heavy.py imports torch when loaded"], found
+
+
+def test_every_tools_module_loads_without_torch():
+    """The transitive form of the rule: with torch absent, every repro.tools module imports (what the book
+    workflow relies on)."""
+    import subprocess
+    import sys
+
+    mods = [f"repro.tools.{p.stem}" for p in sorted((ROOT / "lib" / "repro" / "tools").glob("*.py"))
+            if p.stem != "__init__"]
+    code = "import importlib, sys\nsys.modules['torch'] = None\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in mods)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-1500:]
