@@ -100,10 +100,9 @@ def test_citation_lists_every_reproduced_paper():
 
 def test_a_wheel_and_an_sdist_build_and_carry_the_claims_registry(tmp_path):
     """The distribution a user installs: the library with its claims registry (package data), no notebooks."""
+    import shutil
     import tarfile
     import zipfile
-
-    import shutil
 
     src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info next to the sources
     src.mkdir()

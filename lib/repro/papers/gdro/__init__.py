@@ -6,6 +6,18 @@ Notebook: ``notebooks/15-grpo-gdro.ipynb``.
 Public code checked against: github.com/kishanpb/verl-gdro (``verl/trainer/group_dro_grpo.py``,
 ``verl/trainer/ppo/ray_trainer.py``, ``algorithm_comparison/run_*.sh`` for the hyper-parameters).
 
+Quick start::
+
+    >>> import torch
+    >>> from repro.papers import gdro
+    >>> rewards, prompt = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0]), torch.tensor([0, 0, 0, 0, 1, 1])
+    >>> print(gdro.grpo_advantages(rewards, prompt).round(decimals=3))  # GRPO: (r − group mean) / group std
+    tensor([ 1., -1., -1.,  1.,  0.,  0.])
+    >>> adversary, bins = gdro.PromptGDRO(num_bins=3), torch.tensor([0, 0, 1, 1, 2, 2])  # difficulty bin per prompt
+    >>> for _ in range(50): _ = adversary.update(bins, losses=torch.tensor([0.1, 0.2, 0.5, 0.6, 0.9, 1.0]))
+    >>> w = adversary.weights(bins); print(bool(w[0] < w[2] < w[4]), round(float(w.mean()), 3))  # hard bins weigh more
+    True 1.0
+
 Layout: :mod:`.method` (GRPO advantages, the online difficulty bins, the two adversaries, the arm-selection DP and
 the theory: entropic GDRO, the square-root allocation, its shadow-price form, the WSE), :mod:`.problems` (the
 heterogeneous modular-sum task with a chain-of-thought answer), :mod:`.experiment` (the tiny policy, SFT, the

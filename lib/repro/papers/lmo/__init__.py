@@ -4,6 +4,18 @@ Paper: E. Shulgin, M. Awad, P. Richtárik, E. Gorbunov, "General Analysis of LMO
 Variance", ICML 2026. Notebook: ``notebooks/01-lmo-momentum-abc.ipynb``. The Newton–Schulz iteration is also
 POGO's Muon base (paper 19); both use :mod:`repro.common.linalg`.
 
+Quick start::
+
+    >>> import torch
+    >>> from repro.papers import lmo
+    >>> prob = lmo.matrix_regression(n=200, p=6, q=4, rank=2, noise=0.1, seed=0)  # least squares over 6×4 matrices
+    >>> X = torch.zeros(6, 4, requires_grad=True)
+    >>> opt = lmo.LMOMomentum([X], lr=0.05, alpha=0.1, lmo="spectral-ns5")  # Muon: Newton–Schulz LMO, β = 0.9
+    >>> f0 = float(prob.excess(X.detach()))  # f(X) − f*
+    >>> for _ in range(200): X.grad = prob.grad(X.detach()); opt.step()
+    >>> print(round(f0, 1), float(prob.excess(X.detach())) < 0.01)
+    4.7 True
+
 The method family (one step, paper's convention)::
 
     m_k     = (1 − α) m_{k−1} + α g_k          α ∈ (0, 1] is the weight of the FRESH gradient (α = 1: no momentum)

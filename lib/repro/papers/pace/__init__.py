@@ -5,6 +5,18 @@ Compression", ICML 2026 (arXiv 2605.01320). Notebook: ``notebooks/09-pace-lidar.
 against: github.com/3dpcc/PACE (the stream layout, the stage schedule and the 16-bit frequency rule of
 ``utils/helper.py``); the implementation is ours.
 
+Quick start::
+
+    >>> import numpy as np, torch
+    >>> from repro.papers import pace
+    >>> scan = pace.make_scans([0], n_beams=16, n_az=256)[0]  # one ray-cast street scan: (N, 3) points, metres
+    >>> _ = torch.manual_seed(0); model = pace.PACEModel(d=16, layers=1, heads=2, window=16).eval()  # tiny, untrained
+    >>> data = pace.encode(scan, model, depth=10)  # octree occupancy, ANS-coded: bytes
+    >>> voxels, grid = pace.decode_quantized(data, model)  # pace.decode: metres
+    >>> same = np.array_equal(np.unique(voxels, axis=0), np.unique(pace.quantize(scan, grid), axis=0))
+    >>> print(len(scan) > 3000, same, 8 * len(data) / len(voxels) < 10)  # lossless; < 10 bits per voxel (raw 30)
+    True True True
+
 * :mod:`repro.papers.pace.lidar`: procedural street scenes and a spinning 64-beam sensor, ray-cast analytically
   (KITTI cannot be downloaded here).
 * :mod:`repro.papers.pace.octree`: quantisation, Morton order, occupancy bytes per level, ancestor contexts, rebuild.

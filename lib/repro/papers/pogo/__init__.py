@@ -4,6 +4,17 @@ Paper: A. Javaloy and A. Vergari, "An Embarrassingly Simple Way to Optimize Orth
 ICML 2026 (arXiv 2602.14656); public code ``adrianjav/pogo`` (PyPI ``pogo-torch`` 1.0.2).
 Notebook: ``notebooks/19-pogo.ipynb``; benchmark: ``benchmarks/bench_pogo.py``.
 
+Quick start::
+
+    >>> import torch
+    >>> from repro.papers import pogo
+    >>> _ = torch.manual_seed(0); pca = pogo.PCAProblem.generate(n=20, p=4, cond=10, scale=1)  # min -½tr(WᵀAW)
+    >>> W = pca.init().requires_grad_(); opt = pogo.POGO([W], lr=0.5, rows=False)  # W: 20×4, WᵀW = I
+    >>> gap0 = pca.gap(W.detach())  # relative optimality gap at the random start
+    >>> for _ in range(100): opt.zero_grad(); pca.loss(W).backward(); opt.step()
+    >>> print(gap0 > 0.5, pca.gap(W.detach()) < 1e-3, float(pogo.orthogonality_error(W.detach()).max()) < 1e-5)
+    True True True
+
 Convention: a parameter holds row-orthonormal matrices ``X`` of shape ``(..., p, n)``, ``p <= n``,
 ``X Xᵀ = I_p`` (``rows=False``: column-orthonormal ``(..., n, p)``, handled by transposing). One POGO step for
 each matrix, with the Euclidean gradient ``G`` (all products batched):

@@ -4,6 +4,17 @@ Paper: Z. Liu, H. Zeng, W. Huang, H. Wei, "Provable Training Data Identification
 ICML 2026 (arXiv 2510.09717 v2; v1: "High-Power Training Data Identification with Provable Statistical
 Guarantees"). Notebook: ``notebooks/11-ptdi.ipynb``.
 
+Quick start::
+
+    >>> import torch
+    >>> from repro.papers import ptdi
+    >>> gen = torch.Generator().manual_seed(0)  # 200 trials: 500 known non-members, 500 test points, half members
+    >>> cal, test, is_member = ptdi.draw_scores("gaussian", 0.5, 200, 500, 500, gen)
+    >>> fir, power = ptdi.fir_power(ptdi.ptdi_select(cal, test, alpha=0.1), is_member)  # PTDI (JKBB π̂₀)
+    >>> _, power_bh = ptdi.fir_power(ptdi.ptdi_select(cal, test, alpha=0.1, pi0_method="bh"), is_member)  # π̂₀ = 1
+    >>> print(float(fir.mean()) < 0.11, round(float(power.mean()), 2), bool(power.mean() > power_bh.mean()))
+    True 0.71 True
+
 PTDI selects, from a test set mixing a model's training data (members, share π₁) and unseen data, a subset whose
 false identification rate FIR = E[#non-members selected / max(#selected, 1)] is at most α, distribution-free:
 (1) a conformal p-value per test point against a calibration set of known non-members, (2) an estimate π̂₀ of
