@@ -5,6 +5,17 @@ Paper: Z. Li, X. Sun, W. Lin, C. W. Chen, "SpaRE: Controllable Molecule Generati
 Editing", ICML 2026 (OpenReview ryO12fv5bJ).
 Notebook: ``notebooks/04-spare-molecules.ipynb``.
 
+Quick start::
+
+    >>> import torch
+    >>> from repro.papers import spare
+    >>> _ = torch.manual_seed(0); acts = torch.randn(4096, 16)  # activation rows of some layer
+    >>> sae = spare.train_sae(acts, expansion=4, epochs=4, batch_size=256, lr=3e-3)
+    >>> pos, neg = acts[:256] + 3 * torch.eye(16)[0], acts[256:512]  # a concept planted along axis 0
+    >>> vec, ids, mode = spare.global_concept(sae, pos, neg, fallback=True)  # the public 0.5 rule
+    >>> print(len(ids), mode, torch.cosine_similarity(vec, torch.eye(16)[0], dim=0).item() > 0.9)  # no feature passes
+    0 mean_decoder_difference True
+
 Public code checked against: WanyuGroup/ICML2026_SpaRE @ b0ce480 (``src/spare_molgen/{sae,concepts,hooks,generation,
 activation_store}.py``, ``configs/*.yaml``, ``docs/method_mapping.md``). The SAE (ReLU codes, L2 code
 normalisation, MSE + λ·mean|h|), the local rule (code ≥ 0.5 in ``min_fraction`` of the exemplars, mean of decoder
@@ -28,7 +39,8 @@ Deliberate deviations:
   unconditional (BOS prompt), instead of the fine-tuned MolXPT on ChEBI-20 text prompts.
 """
 
-from . import experiment, molecules
+from repro.papers import lazy_exports
+
 from .method import (
     ActivationEditor,
     Edit,
@@ -42,6 +54,10 @@ from .method import (
     ranked_concept,
     train_sae,
 )
+
+# The molecules (rdkit, selfies) and the notebook's harness load on first use (repro.papers.lazy_exports): the
+# method itself, the SAE and the editor, needs only torch.
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {"experiment": [], "molecules": []})
 
 __all__ = [
     "ActivationEditor", "Edit", "Generation", "SparseAutoencoder", "block_outputs", "experiment",
