@@ -253,3 +253,83 @@ def test_toy_format_and_bayes_learner():
     assert (tok[..., 3] == 5).all()
     acc = bayes_cot_accuracy(5, [0, 16], n_tasks=2000)
     assert acc[0] == pytest.approx(0.2, abs=0.04) and acc[1] == pytest.approx(1.0, abs=0.01)
+
+
+# ------------------------------------------------------ the toy harness: copy rule, held-out queries, studies
+
+
+def small_model(fmt: ToyFormat, seed: int = 0):
+    from repro.papers.cds import toy_model
+
+    return toy_model(fmt, 9, d_model=16, n_layers=1, n_heads=2, seed=seed).eval()
+
+
+def test_copy_rule_is_exact_and_matches_its_closed_form():
+    from repro.papers.cds import copy_rule
+
+    x = torch.tensor([[0, 1, 1], [2, 2, 2]])
+    assert copy_rule(x, torch.tensor([1, 3]), 5).tolist() == [1.0, 0.2]
+    gen = torch.Generator().manual_seed(1)
+    for k in (1, 4, 16):
+        _, _, xx = affine_tasks(20000, k + 1, 5, gen)
+        expected = 1 - 0.8 ** (k + 1)  # seen with probability 1 - 0.8^k, else a 1/5 guess
+        assert copy_rule(xx[:, :k], xx[:, k], 5).mean().item() == pytest.approx(expected, abs=0.01)
+
+
+def test_cached_answer_equals_two_plain_forward_passes():
+    from repro.papers.cds.experiment import answer
+
+    fmt = ToyFormat(5, True)
+    m = small_model(fmt)
+    gen = torch.Generator().manual_seed(2)
+    a, b, x = affine_tasks(64, 5, 5, gen)
+    ctx, xq = demo_tokens(fmt, a, b, x[:, :4]), x[:, 4]
+    with torch.no_grad():
+        seq = torch.cat([ctx, xq[:, None]], 1)
+        t_hat = m(seq)[:, -1, :5].argmax(-1)
+        ref = m(torch.cat([seq, t_hat[:, None]], 1))[:, -1, :5].argmax(-1)
+    assert torch.equal(answer(m, fmt, ctx, xq), ref)
+
+
+def test_heldout_queries_never_appear_among_the_demos():
+    from repro.papers.cds import accuracy_vs_shots, shot_curve
+    from repro.papers.cds.experiment import _heldout_inputs
+
+    gen = torch.Generator().manual_seed(3)
+    a, b, x = _heldout_inputs(5000, 6, 5, gen, "cpu")
+    assert not (x[:, :6] == x[:, 6:]).any()
+    assert set(torch.unique(x).tolist()) == set(range(5)) and set(torch.unique(a).tolist()) == {1, 2, 3, 4}
+    fmt = ToyFormat(5, True)
+    m = small_model(fmt)
+    held = shot_curve(m, fmt, [1, 4, 8], n_tasks=300, seed=0, heldout=True)
+    assert held.correct.shape == (3, 300) and set(np.unique(held.correct)) <= {0.0, 1.0}
+    assert np.allclose(held.copy, 0.2)  # copying can only guess on these queries
+    assert held.ideal[1:].mean() > 0.97  # one demo with x != 0 reveals a and b
+    plain = shot_curve(m, fmt, [1, 4], n_tasks=300, seed=5)
+    assert np.array_equal(plain.accuracy, accuracy_vs_shots(m, fmt, [1, 4], n_tasks=300, seed=5))
+    assert plain.copy.mean(1)[1] > plain.copy.mean(1)[0]
+
+
+def test_gain_statistic_and_pool_indicators():
+    from repro.papers.cds import PoolStats, ShotCurve
+
+    rows = np.array([[0, 0, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=float)
+    c = ShotCurve([1, 2, 16], rows, rows, rows)
+    assert c.gain_statistic(high=(16,), low=(1, 2))(*rows) == pytest.approx(0.75 - 0.375)
+    ps = PoolStats(np.array([0.5, 0.2]), np.array([0.1, 0.3]), np.array([[0.1, 0.4, 0.3], [0.1, 0.25, 0.2]]),
+                   *(torch.zeros(1),) * 3)
+    assert ps.cds_beats_all.tolist() == [1.0, 0.0] and ps.frac_cds_beats_all == 0.5
+    assert ps.hc_below_median.tolist() == [1.0, 0.0]
+
+
+def test_order_spread_and_similarity_study_shapes():
+    from repro.papers.cds import order_spread, similarity_study
+
+    fmt = ToyFormat(5, True)
+    m = small_model(fmt)
+    sp = order_spread(m, fmt, [2, 4], n_orders=3, n_tasks=50, seed=0)
+    assert sp.shape == (2, 3, 50) and set(np.unique(sp)) <= {0.0, 1.0}
+    sim = similarity_study(m, fmt, k=4, pool=8, n_tasks=40, seed=0)
+    assert set(sim.correct) == {"random", "similar", "dissimilar"}
+    assert all(v.shape == (40,) for v in sim.correct.values())
+    assert all(0.0 <= s <= 1.0 for s in sim.same_x.values())

@@ -322,3 +322,79 @@ def test_smollm2_sink_and_massive_channel():
     sweep = S.suppression_sweep(model, ids, [1000.0], from_layer=4)  # every massive activation removed
     assert sweep.max_ratio.shape == (1, 2) and float(sweep.max_ratio.max()) < 1100
     assert sweep.sink.shape == (1, 2, 30) and torch.isfinite(sweep.nll).all()
+
+
+# ----------------------------------------------------------------------------------------- per-text values, nulls
+
+
+def test_uniform_attention_scores_the_harmonic_mean_and_per_row_pools():
+    """Uniform causal attention puts 1/(i+1) on position 0; the per-row sink scores average to the pooled ones."""
+    t = 12
+    got = S.sink_scores([S.uniform_attention(2, 3, t)], min_query=4)
+    assert got.shape == (1, 3)
+    np.testing.assert_allclose(got.numpy(), np.mean([1 / (i + 1) for i in range(4, t)]), rtol=1e-12)
+    gen = torch.Generator().manual_seed(0)
+    attn = [torch.softmax(torch.randn(3, 2, t, t, generator=gen), dim=-1) for _ in range(2)]
+    rows = S.sink_scores(attn, per_row=True)
+    assert rows.shape == (2, 3, 2)
+    torch.testing.assert_close(rows.mean(dim=1), S.sink_scores(attn))
+    torch.testing.assert_close(rows[:, 1], S.sink_scores([a[1:2] for a in attn]))
+    v = torch.randn(3, t, 4, generator=gen)
+    per = S.sink_share(attn[0], v, head_dim=2, per_row=True)
+    assert per.shape == (3, 2)
+    torch.testing.assert_close(per.mean(dim=0), S.sink_share(attn[0], v, head_dim=2))
+
+
+def test_small_value_share_by_hand():
+    # one text, 4 layers, 1 value head, 3 tokens: token 0's ratio to the others' mean is 0.25, 1, 0.5, 0.6
+    norms = torch.tensor([[[1.0, 4.0, 4.0]], [[2.0, 2.0, 2.0]], [[1.0, 2.0, 2.0]], [[3.0, 4.0, 6.0]]])[None]
+    assert S.small_value_share(norms, 0, first_layer=0).tolist() == [0.5]  # layers 0 and 2 are <= 0.5
+    assert S.small_value_share(norms, 0, first_layer=1).item() == pytest.approx(1 / 3)
+    assert S.small_value_share(norms, 0, first_layer=0, threshold=0.6).item() == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="first_layer"):
+        S.small_value_share(norms, 0, first_layer=4)
+
+
+def test_recovered_share_and_group_means_by_hand():
+    clamped, repaired, base = np.array([10.0, 14.0]), np.array([4.0, 6.0]), np.array([2.0, 4.0])
+    assert S.recovered_share(clamped, repaired, base) == pytest.approx((12 - 5) / (12 - 3))
+    assert S.group_means([1.0, 2.0, 6.0], ["a", "a", "b"]) == {"a": 1.5, "b": 6.0, "all": 3.0}
+    with pytest.raises(ValueError, match="labels"):
+        S.group_means([1.0], ["a", "b"])
+
+
+def test_stdlib_docstrings_are_read_without_importing():
+    docs = S.stdlib_docstrings()
+    assert len(docs) == len(S.DOC_MODULES) == 16 and all(len(d.split()) >= 50 for d in docs)
+    assert all("  " not in d and "\n" not in d for d in docs)
+    import doctest
+    assert docs[S.DOC_MODULES.index("doctest")] == " ".join(doctest.__doc__.split())
+    with pytest.raises(ValueError, match="pure-Python"):
+        S.stdlib_docstrings(["math"])
+
+
+def test_measure_keeps_per_text_values_that_pool_to_the_totals(tiny_llama, ids):
+    m = S.measure(tiny_llama, ids)
+    assert m.nll_text.shape == (2,) and m.nll == pytest.approx(float(m.nll_text.mean()))
+    torch.testing.assert_close(m.sink_text.mean(dim=0), m.sink)
+    torch.testing.assert_close(m.share_text.mean(dim=0), m.share)
+    torch.testing.assert_close(m.similarity_text.mean(dim=0), m.similarity)
+    one = S.measure(tiny_llama, ids[1:])
+    assert float(m.nll_text[1]) == pytest.approx(one.nll, rel=1e-9)
+    torch.testing.assert_close(m.sink_text[1], one.sink)
+    assert m.value_norm.shape == (2, 3, 2, 12) and (m.channel_peak_rest <= m.channel_peak).all()
+    ranked = S.ranked_channels(m)
+    assert sorted(ranked) == list(range(32)) and S.massive_channels(m, 2) == ranked[:2]
+    assert S.ordinary_channels(m, 2) == ranked[16:18]
+    # zeroing another token's value: changes the output, and is not the sink-value hook
+    z1 = S.measure(tiny_llama, ids, zero_layers=[1, 2], zero_token=1)
+    z0 = S.measure(tiny_llama, ids, zero_layers=[1, 2])
+    assert z1.nll != m.nll and z1.nll != z0.nll
+    torch.testing.assert_close(z1.value_norm[:, 1:, :, 1], torch.zeros(2, 2, 2, dtype=z1.value_norm.dtype))
+
+
+def test_suppression_sweep_keeps_per_text_sinks(tiny_llama, ids):
+    sw = S.suppression_sweep(tiny_llama, ids, [5.0, 2.0], from_layer=1)
+    assert sw.sink_text.shape == (2, 2, 2, 3)
+    torch.testing.assert_close(sw.sink_text.mean(dim=2), sw.sink)
+    assert sw.sink_mid_text(slice(1, 3)).shape == (2, 2, 2)

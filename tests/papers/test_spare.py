@@ -6,6 +6,7 @@ trips checked on canonical SMILES."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from rdkit import Chem
@@ -397,3 +398,85 @@ def test_sae_summary_by_numpy():
     np.testing.assert_allclose(top, h.max(1), rtol=1e-6)
     assert summary["rows_with_code_ge_thr"] == pytest.approx((h.max(1) >= 0.5).mean())
     assert (summary["fvu"], summary["l0"]) == pytest.approx(sae.fvu_l0(z, batch=64))
+
+
+# ------------------------------------------------------------------------------- the claims' items and statistics
+def test_concept_rule_selftest_passes_and_catches_a_silent_fallback(monkeypatch):
+    assert all(X.concept_rule_selftest().values())
+    real = S.method.global_concept
+
+    def silent(sae, pos, neg, threshold=0.5, fallback=False):  # the public code: no error, a fallback
+        return real(sae, pos, neg, threshold, fallback=True)
+
+    monkeypatch.setattr(S.method, "global_concept", silent)
+    cases = X.concept_rule_selftest()
+    assert not cases["an empty global concept raises"] and sum(cases.values()) == len(cases) - 1
+
+
+def test_rule_counts_by_brute_force():
+    pos, neg = concept_data(1)
+    sae = identity_sae(12)
+    loc = pos.clone()
+    loc[:, 5] = 0.7
+    got = X.rule_counts(sae, pos, neg, loc)
+    frac = [sum(1 for r in loc.numpy() if r[j] >= 0.5) / len(loc) for j in range(12)]
+    assert got["global"] == len(brute_global(pos.numpy(), neg.numpy(), 0.5))
+    assert got["local"] == len(brute_local(loc.numpy(), 0.5, 1.0)) and got["best_fraction"] == pytest.approx(max(frac))
+    gap = max(float((pos[:, j] >= 0.5).float().mean() - (neg[:, j] >= 0.5).float().mean()) for j in range(12))
+    assert got["best_gap"] == pytest.approx(gap)
+
+
+def test_group_statistics_by_hand():
+    g = np.random.default_rng(0)
+    a, b, c = (g.normal(m, 1, 50) for m in (0.0, 1.0, 3.0))
+    a[3] = np.nan  # left out of the mean
+    ma, mb, mc = np.nanmean(a), b.mean(), c.mean()
+    np.testing.assert_allclose(X.group_means([a, b, c, a], 2), [[ma, mb], [mc, ma]])
+    rho = X.over_groups(X.spearman_rows([-1, 0, 1]), 3, 0.5)
+    assert rho(a, b, c) == pytest.approx(1.0) and rho(c, b, a) == pytest.approx(-1.0)
+    assert rho(a, c, b) == pytest.approx(0.5)  # ranks 1, 3, 2 against 1, 2, 3
+    assert rho(a, a, a) == 0.0  # no order at all
+    from scipy.stats import spearmanr
+    m = g.normal(size=(20, 5))
+    np.testing.assert_allclose(X.spearman_rows(range(5))(m), [spearmanr(range(5), r).statistic for r in m])
+    shift = X.over_groups(X.shift_rows, 2, 0.5)
+    assert shift(a, b) == pytest.approx(mb - ma)  # one group: its value
+    assert shift(a, b, a, c, b, a) == pytest.approx(np.median([mb - ma, mc - ma, ma - mb]))
+    with pytest.raises(ValueError):
+        shift(a, b, c)
+    assert X.over_groups(X.max_rows, 3, 0.9)(a, b, c) == pytest.approx(mc)
+    base = [np.array([0.1, np.nan, 0.3]), np.array([0.2, 0.2, 0.2])]
+    edit = [np.array([0.5, np.nan, 0.9]), np.array([0.4, 0.3, 0.5])]
+    assert X.over_groups(X.gain_rows, 4, 0.9)(*base, *edit) == pytest.approx(min(0.7 - 0.2, 0.4 - 0.2))
+
+
+def test_expected_best_of_n_against_simulation():
+    x = np.random.default_rng(1).normal(size=40)
+    exact = X.expected_best_of(x, [1, 2, 8])
+    assert exact[0] == pytest.approx(x.mean())
+    draws = np.random.default_rng(2).choice(x, size=(200_000, 8))
+    assert exact[1] == pytest.approx(draws[:, :2].max(1).mean(), abs=0.01)
+    assert exact[2] == pytest.approx(draws.max(1).mean(), abs=0.01)
+    assert X.in_range(np.array([0.0, 1.0, 2.0, np.nan]), 0.5, 2.0) == 0.5
+
+
+def test_null_items_pair_each_direction_with_its_opposite():
+    vals = {("unedited", 0.0): {"logP": np.zeros(3)}}
+    for s in (-2.0, 2.0):
+        vals[("g", s)] = {"logP": np.full(3, s)}
+    sw = X.Sweep(pd.DataFrame(), vals)
+    items = X.null_items(sw, ["g"], [0, 2])
+    assert [float(a[0]) for a in items] == [0.0, 2.0, 0.0, -2.0]
+    loc = {("unedited", 0.0, 2): np.zeros(2), ("g", 2.0, 2): np.ones(2), ("g", -2.0, 2): -np.ones(2)}
+    assert [float(a[0]) for a in X.local_null_items(loc, ["g"], 2.0, [2])] == [0.0, 1.0, 0.0, -1.0]
+
+
+def test_local_probe_items_are_the_table_per_sample():
+    model, v = tiny_lm(4), torch.randn(16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    table, items = X.local_probe(model, {"v": v}, 1, 3, [2, 5], [-1.0, 2.0], n=40, seed=1, eos=8, bos=0, items=True)
+    assert set(items) == {("unedited", 0.0, 2), ("unedited", 0.0, 5), ("v", -1.0, 2), ("v", 2.0, 2), ("v", -1.0, 5),
+                          ("v", 2.0, 5)}
+    for r in table.itertuples():
+        p = items[(r.vector, r.strength, r.step)]
+        assert p.shape == (40,) and np.nanmean(p) == pytest.approx(r.p_target)
+        assert np.array_equal(np.isnan(p), np.isnan(items[("unedited", 0.0, r.step)]))  # the same samples

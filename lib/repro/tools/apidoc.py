@@ -109,6 +109,7 @@ def _lazy_table(tree: ast.Module) -> dict[str, str]:
             for key, value in zip(node.args[2].keys, node.args[2].values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(value, ast.List):
                     out.update({e.value: key.value for e in value.elts if isinstance(e, ast.Constant)})
+                    out[key.value] = key.value  # the submodule itself is reachable too
     return out
 
 
@@ -138,6 +139,7 @@ def public_names(root: Path, package: str) -> list[Name]:
     lazy = _lazy_table(tree)
     where.update(lazy)
     out = []
+    submodules |= {sub for name, sub in lazy.items() if name == sub}
     for n in exported:
         if n in submodules:
             doc = ast.get_docstring(_parse(root, f"{package}.{n}"))

@@ -25,23 +25,31 @@ Deliberate deviations:
   prompts are raw text (no chat template), demos in the public code's "Problem:/Solution:" format.
 
 Layout: :mod:`.method` (CDS), :mod:`.problems` (demo pools, embeddings, toy task, arithmetic problems),
-:mod:`.experiment` (harness of Parts A and B), :mod:`.llm` (the SmolLM2 tier: cached many-shot prompting).
+:mod:`.experiment` (harness of Parts A and B: pool statistics, the brute-force check, the toy learner with the copy
+rule as its null, held-out-input queries, order effects, the spread over orders and similarity-based selection),
+:mod:`.llm` (the SmolLM2 tier: cached many-shot prompting).
 """
 
 from .experiment import (
     BruteForceCheck,
     OrderStudy,
     PoolStats,
+    ShotCurve,
+    SimilarityStudy,
     accuracy_vs_shots,
     bayes_cot_accuracy,
     brute_force_check,
     brute_force_tour,
+    copy_rule,
     demo_states,
     draw_pools,
     mean_turning_degrees,
+    order_spread,
     order_study,
     pca2,
     pool_statistics,
+    shot_curve,
+    similarity_study,
     template_switches,
     toy_model,
     train_toy,
@@ -90,7 +98,9 @@ __all__ = [
     "prefix_cache",
     "TEMPLATES", "BruteForceCheck", "OrderStudy", "PoolStats", "ProblemPool", "ToyFormat", "accuracy_vs_shots",
     "affine_tasks", "bayes_cot_accuracy", "break_cycle", "brute_force_check", "brute_force_tour", "cds_cost_matrix",
-    "cds_order", "curvature_score", "demo_states", "demo_tokens", "draw_pools", "embed_texts", "gaussian_pools",
-    "mean_turning_degrees", "nearest_neighbor_tour", "order_study", "pca2", "pool_statistics", "template_switches",
+    "cds_order", "copy_rule", "curvature_score", "demo_states", "demo_tokens", "draw_pools", "embed_texts",
+    "gaussian_pools",
+    "mean_turning_degrees", "nearest_neighbor_tour", "order_spread", "order_study", "pca2", "pool_statistics",
+    "ShotCurve", "SimilarityStudy", "shot_curve", "similarity_study", "template_switches",
     "toy_model", "tour_cost", "train_toy", "turning_angles", "two_opt", "word_problems",
 ]

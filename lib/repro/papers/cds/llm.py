@@ -200,6 +200,11 @@ class LLMStudy:
     prefix_tokens: list[int] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
 
+    def per_question(self, name: str) -> np.ndarray:
+        """Correctness ``(K, N)`` as floats; ``"random"``: averaged over the random orders (for a paired
+        bootstrap over questions)."""
+        return self._per_question(name)
+
     def _per_question(self, name: str) -> np.ndarray:
         """Correctness ``(K, N)`` as floats; ``"random"``: averaged over the random orders."""
         if name == "random":

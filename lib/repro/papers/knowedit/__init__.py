@@ -39,23 +39,37 @@ from repro.common.numerics import loglog_slope
 from .experiment import (
     EDITORS,
     TOY_KEYS,
+    ClaimData,
+    NullControls,
     Suite,
     ToyRun,
     Trace,
     block_outputs,
+    claim_data,
     compare_editors,
     edit_target,
     edit_targets,
     evaluate,
+    evaluate_items,
     key_statistics,
     make_suite,
+    max_slope,
+    median_slope,
     mlp_keys,
+    random_controls,
+    random_matrix,
+    ratio_of_means,
     rk_summary,
     run_parametric,
     run_retrieval,
+    single_edit_hits,
     single_edit_reliability,
+    spearman_rs,
+    top_ratio,
+    toy_edit,
     toy_run,
     toy_summary,
+    toy_train,
     train_toy,
 )
 from .llm import (
@@ -77,6 +91,7 @@ from .llm import (
     run_llm_retrieval,
 )
 from .method import (
+    CachedEmbedder,
     RetrievalEditor,
     VStarProblem,
     alphaedit_projector,
@@ -93,6 +108,9 @@ from .method import (
 from .problems import World, make_world, render
 
 __all__ = [
+    "CachedEmbedder", "ClaimData", "NullControls", "claim_data", "evaluate_items", "max_slope", "median_slope",
+    "random_controls", "random_matrix", "ratio_of_means", "single_edit_hits", "spearman_rs", "top_ratio",
+    "toy_edit", "toy_train",
     "EDITORS", "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "RetrievalEditor", "Suite", "TOY_KEYS", "ToyRun",
     "Trace", "VStarProblem", "World", "alphaedit_projector", "alphaedit_update", "block_outputs", "candidate_facts",
     "compare_editors", "docstring_corpus", "down_proj_keys", "edit_target", "edit_targets", "effective_rank",

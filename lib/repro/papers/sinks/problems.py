@@ -2,8 +2,12 @@
 Bigram-Backcopy task (for the small models trained from scratch).
 
 * :data:`TEXTS`: six short paragraphs on unrelated topics, written for this book (no source, no licence
-  attached); they are the only text the pretrained SmolLM2 reads here. Short on purpose: one forward pass per
-  text and condition keeps quick mode within its budget on a CPU.
+  attached). Short on purpose: one forward pass per text and condition keeps quick mode within its budget on a CPU.
+* :func:`stdlib_docstrings`: a second, independent text set that ships with every Python, the module docstrings of
+  the standard-library modules :data:`DOC_MODULES` (read from their source files with :mod:`ast`, nothing is
+  imported or downloaded). None of them is one of the five docstrings the spec's prototype measured (``json.dumps``,
+  ``collections.OrderedDict``, ``statistics.median``, ``os.path.join``, ``str.split``), on which the thresholds
+  were set. Their wording can change between Python versions (3.11 here).
 * :class:`BigramBackcopy` (after Guo et al. 2024, "Active-dormant attention heads", where a small transformer
   trained on it develops an attention sink on the first token, a small sink value and a massive residual
   activation): sequences start with a ``<bos>`` token; every next token follows a fixed random bigram table,
@@ -13,7 +17,11 @@ Bigram-Backcopy task (for the small models trained from scratch).
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -40,6 +48,27 @@ TEXTS: tuple[str, ...] = (
     "opening hours should be longer in the evening, when students have finished their classes. The final "
     "decision was postponed until the next meeting, after the costs have been checked.",
 )
+
+# Standard-library modules whose docstring is mostly prose of at least ~60 words (fixed before any run; sorted).
+DOC_MODULES: tuple[str, ...] = (
+    "cmd", "doctest", "gettext", "heapq", "inspect", "locale", "pydoc", "sched", "shelve", "sqlite3", "subprocess",
+    "tempfile", "timeit", "typing", "unittest", "uuid",
+)
+
+
+def stdlib_docstrings(names: Sequence[str] = DOC_MODULES) -> tuple[str, ...]:
+    """The module docstrings of the standard-library modules ``names``, whitespace collapsed to single spaces,
+    read from each module's source file with :func:`ast.get_docstring` (the modules are not imported)."""
+    out = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            raise ValueError(f"{name!r} is not a pure-Python standard-library module here")
+        doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
+        if not doc:
+            raise ValueError(f"module {name!r} has no docstring")
+        out.append(" ".join(doc.split()))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

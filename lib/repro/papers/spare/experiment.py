@@ -5,7 +5,7 @@ function that samples takes an explicit seed, so the notebook's numbers do not d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +16,7 @@ from scipy import stats
 
 from ...common.nn import Transformer, TransformerConfig
 from ...common.train import cosine_schedule, fit
+from . import method as M
 from .method import Edit, SparseAutoencoder, Tensor, block_outputs, generate_with_edits
 from .molecules import Vocab, from_selfies, load_moses, metrics_from_canonical, score, to_selfies
 
@@ -212,7 +213,8 @@ def sae_summary(sae: SparseAutoencoder, acts: Tensor, threshold: float = 0.5, ba
 @dataclass
 class Sweep:
     """One row per (vector, strength): mean logP, heavy atoms, logP per heavy atom, NLL under the unedited LM,
-    validity, uniqueness, novelty; ``values[(vector, s)]`` keeps the per-molecule logP and heavy-atom counts."""
+    validity, uniqueness, novelty; ``values[(vector, s)]`` keeps the per-molecule logP, heavy-atom counts, logP per
+    atom and NLL per token (molecule ``i`` of every batch comes from the same sampling stream)."""
 
     table: pd.DataFrame
     values: dict[tuple[str, float], dict[str, np.ndarray]]
@@ -247,7 +249,8 @@ def steer_once(model: Transformer, data: MoleculeData, edits: list[Edit], *, n: 
     values, canon = score(smiles, MOLECULE_PROPS)
     values["logP_per_atom"] = values["logP"] / values["heavy_atoms"]
     row = {k: float(np.nanmean(values[k])) for k in ("logP", "heavy_atoms", "logP_per_atom")}
-    row["nll"] = float(token_nll(model, gen.tokens, v.BOS, v.EOS).mean())
+    values["nll"] = token_nll(model, gen.tokens, v.BOS, v.EOS).cpu().numpy()
+    row["nll"] = float(values["nll"].mean())
     row.update(metrics_from_canonical(canon, data.canonical))
     return row, values
 
@@ -302,18 +305,23 @@ def readout_contrast(model: Transformer, acts: Activations, pos: Tensor, neg: Te
 # --------------------------------------------------------------------------------------------------- local probe
 @torch.no_grad()
 def local_probe(model: Transformer, vectors: dict[str, Tensor], layer: int, target: int, steps: list[int],
-                strengths: list[float], *, n: int, seed: int, eos: int, bos: int) -> pd.DataFrame:
+                strengths: list[float], *, n: int, seed: int, eos: int, bos: int, items: bool = False
+                ) -> pd.DataFrame | tuple[pd.DataFrame, dict[tuple[str, float, int], np.ndarray]]:
     """Local control: the probability (mean over ``n`` samples of the unfiltered softmax) and the sampled hit rate
     of ``target`` at generation step ``k`` when the vector is added only at step ``k``. The prefix before ``k``
     is the same unedited sample for every vector and strength (one sampling seed); ``s = 0`` is the base rate.
-    Molecules that ended before step ``k`` are left out."""
-    rows = []
+    Molecules that ended before step ``k`` are left out. ``items=True`` also returns each sample's probability,
+    ``{(vector, s, k): (n,) array}`` (NaN for a molecule that ended before ``k``; ``("unedited", 0.0, k)``: the
+    base), paired by sample across vectors and strengths."""
+    rows, per_item = [], {}
+    nan = torch.tensor(float("nan"))
     top = max(steps) + 1
     base = generate_with_edits(model, [], n=n, max_new_tokens=top, bos=bos, eos=eos, seed=seed, return_probs=True)
     for k in steps:
         alive = ~(base.tokens[:, :k] == eos).any(1)  # molecules not finished before step k (same for every edit)
         rows.append({"vector": "unedited", "strength": 0.0, "step": k, "p_target": float(base.probs[alive, k, target]
                      .mean()), "hit_rate": float((base.tokens[alive, k] == target).float().mean())})
+        per_item[("unedited", 0.0, k)] = torch.where(alive, base.probs[:, k, target].cpu().double(), nan).numpy()
         for name, vec in vectors.items():
             for s in strengths:
                 if s == 0:
@@ -323,4 +331,164 @@ def local_probe(model: Transformer, vectors: dict[str, Tensor], layer: int, targ
                 rows.append({"vector": name, "strength": float(s), "step": k,
                              "p_target": float(g.probs[alive, k, target].mean()),
                              "hit_rate": float((g.tokens[alive, k] == target).float().mean())})
-    return pd.DataFrame(rows)
+                per_item[(name, float(s), k)] = torch.where(alive, g.probs[:, k, target].cpu().double(), nan).numpy()
+    return (pd.DataFrame(rows), per_item) if items else pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------ the claims' items and their statistics
+# The claims are decided by repro.common.stats.bootstrap over the generated molecules (local: the sampled
+# prefixes): a claim's measurement is a tuple of per-item arrays, one per (direction, strength), all from the same
+# sampling streams, so a resample draws the same molecules for every array. A null of K Gaussian directions is
+# the tuple of 2K groups (each direction g and its opposite −g, which is g swept at −s), and its statistic is a
+# quantile over the groups of the statistic of one group (one group: its value).
+
+def sweep_items(sw: Sweep, name: str, strengths: Sequence[float], column: str = "logP", sign: int = 1
+                ) -> tuple[np.ndarray, ...]:
+    """Per-molecule ``column`` of vector ``name`` at each strength (``s = 0``: the unedited batch); ``sign=-1``
+    gives the opposite direction ``−v`` (the vector at ``−s``)."""
+    return tuple(np.asarray(sw.values[("unedited", 0.0) if s == 0 else (name, float(sign * s))][column], float)
+                 for s in strengths)
+
+
+def null_items(sw: Sweep, names: Sequence[str], strengths: Sequence[float], column: str = "logP"
+               ) -> tuple[np.ndarray, ...]:
+    """:func:`sweep_items` of every direction and of its opposite, concatenated group after group."""
+    return tuple(a for name in names for sign in (1, -1) for a in sweep_items(sw, name, strengths, column, sign))
+
+
+def local_items(items: dict[tuple[str, float, int], np.ndarray], name: str, strength: float, steps: Sequence[int],
+                sign: int = 1) -> tuple[np.ndarray, ...]:
+    """The base probabilities at each step, then the edited ones (``sign=-1``: the opposite direction)."""
+    return (tuple(items[("unedited", 0.0, k)] for k in steps)
+            + tuple(items[(name, float(sign * strength), k)] for k in steps))
+
+
+def local_null_items(items: dict[tuple[str, float, int], np.ndarray], names: Sequence[str], strength: float,
+                     steps: Sequence[int]) -> tuple[np.ndarray, ...]:
+    """:func:`local_items` of every direction and of its opposite, concatenated group after group."""
+    return tuple(a for name in names for sign in (1, -1) for a in local_items(items, name, strength, steps, sign))
+
+
+def group_means(arrays: Sequence[np.ndarray], group: int) -> np.ndarray:
+    """The means (NaN left out) of the arrays, laid out as ``(number of groups, group)``."""
+    if group < 1 or not len(arrays) or len(arrays) % group:
+        raise ValueError(f"{len(arrays)} arrays do not form groups of {group}")
+    return np.nanmean(np.stack([np.asarray(a, float) for a in arrays]), axis=1).reshape(-1, group)
+
+
+def over_groups(row_stat: Callable[[np.ndarray], np.ndarray], group: int, q: float) -> Callable[..., float]:
+    """A bootstrap statistic of a tuple laid out in groups of ``group`` arrays: ``row_stat`` of each group's means
+    (one row of :func:`group_means` each), then the ``q``-quantile over the groups (one group: its own value)."""
+    if not 0 <= q <= 1:
+        raise ValueError("need q in [0, 1]")
+
+    def statistic(*arrays: np.ndarray) -> float:
+        return float(np.quantile(row_stat(group_means(arrays, group)), q))
+
+    return statistic
+
+
+def spearman_rows(strengths: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
+    """Row statistic: Spearman ρ between ``strengths`` and each row of means (a constant row: 0)."""
+    s_rank = stats.rankdata(np.asarray(strengths, float))
+    s_c = s_rank - s_rank.mean()
+
+    def row_stat(m: np.ndarray) -> np.ndarray:
+        r = stats.rankdata(m, axis=1)
+        r_c = r - r.mean(1, keepdims=True)
+        den = np.sqrt((r_c ** 2).sum(1) * (s_c ** 2).sum())
+        return np.divide((r_c * s_c).sum(1), den, out=np.zeros(len(m)), where=den > 0)
+
+    return row_stat
+
+
+def shift_rows(m: np.ndarray) -> np.ndarray:
+    """Row statistic of (unedited, edited) means: edited minus unedited."""
+    if m.shape[1] != 2:
+        raise ValueError("expected rows of (unedited, edited) means")
+    return m[:, 1] - m[:, 0]
+
+
+def max_rows(m: np.ndarray) -> np.ndarray:
+    """Row statistic: the largest mean of each row."""
+    return m.max(1)
+
+
+def gain_rows(m: np.ndarray) -> np.ndarray:
+    """Row statistic of :func:`local_items` means (the base at each step, then the edited): the smallest over
+    steps of edited minus base."""
+    k = m.shape[1] // 2
+    if m.shape[1] != 2 * k or k == 0:
+        raise ValueError("expected the base means, then as many edited means")
+    return (m[:, k:] - m[:, :k]).min(1)
+
+
+def expected_best_of(values: np.ndarray, ns: Sequence[int]) -> np.ndarray:
+    """Best-of-N rejection sampling from an empirical sample: ``E[max of N draws with replacement]`` for each N,
+    exactly (order statistics: ``Σ_i x_(i) ((i/n)^N − ((i−1)/n)^N)``). NaN values are left out."""
+    x = np.sort(np.asarray(values, float)[~np.isnan(np.asarray(values, float))])
+    if x.size == 0 or any(int(n) < 1 for n in ns):
+        raise ValueError("need values and N >= 1")
+    i = np.arange(1, x.size + 1) / x.size
+    return np.array([float((x * (i ** int(n) - (i - 1 / x.size) ** int(n))).sum()) for n in ns])
+
+
+def in_range(values: np.ndarray, lo: float, hi: float) -> float:
+    """Share of the molecules whose value lies in ``[lo, hi]`` (a NaN value counts as outside)."""
+    v = np.asarray(values, float)
+    return float(((v >= lo) & (v <= hi)).mean())
+
+
+# ----------------------------------------------------------------------------------- the rules on data and by hand
+def rule_counts(sae: SparseAutoencoder, pos_acts: Tensor, neg_acts: Tensor, local_acts: Tensor,
+                threshold: float = 0.5) -> dict[str, float]:
+    """What the public 0.5 rules select: the global rule's features (code ≥ ``threshold`` on every positive row,
+    below it on every negative row) with the best frequency gap, and the strict local rule's (code ≥ ``threshold``
+    in every exemplar row) with the best fraction."""
+    frac_pos, _ = sae.code_stats(pos_acts, threshold)
+    frac_neg, _ = sae.code_stats(neg_acts, threshold)
+    frac_loc, _ = sae.code_stats(local_acts, threshold)
+    return {"global": int(((frac_pos >= 1.0 - 1e-12) & (frac_neg <= 1e-12)).sum()),
+            "local": int((frac_loc >= 1.0 - 1e-12).sum()),
+            "best_gap": float((frac_pos - frac_neg).max()), "best_fraction": float(frac_loc.max())}
+
+
+def concept_rule_selftest(d: int = 6, seed: int = 0) -> dict[str, bool]:
+    """The library's concept rules on constructed codes with known answers: an SAE whose codes are ``ReLU(z)``
+    (identity encoder, no normalisation), so the rows are the codes. Feature 2 is planted ≥ 0.6 on every positive
+    row and < 0.5 on every negative one; feature 3 ≥ 0.6 in every local exemplar; every other code is < 0.5.
+    Returns, per case, whether the rule behaved as specified: the planted features are selected (and nothing
+    else), an empty global or local concept raises, and the mean-difference fallback only comes when asked for
+    and is labelled."""
+    g = np.random.default_rng(seed)
+    sae = SparseAutoencoder(d, expansion=1, normalization="none")
+    with torch.no_grad():
+        sae.encoder.weight.copy_(torch.eye(d))
+        sae.encoder.bias.zero_()
+        sae.decoder.weight.copy_(torch.as_tensor(g.normal(size=(d, d)), dtype=torch.float32))
+
+    def rows(n: int, planted: int | None) -> Tensor:
+        x = g.uniform(0.0, 0.45, (n, d))
+        if planted is not None:
+            x[:, planted] = g.uniform(0.6, 1.0, n)
+        return torch.as_tensor(x, dtype=torch.float32)
+
+    def raises(fn: Callable[[], object]) -> bool:
+        try:
+            fn()
+        except ValueError:
+            return True
+        return False
+
+    pos, neg, loc = rows(30, 2), rows(25, None), rows(20, 3)
+    _, ids_g, mode_g = M.global_concept(sae, pos, neg)
+    _, ids_l = M.local_concept(sae, loc)
+    empty_pos, empty_loc = rows(30, None), rows(20, None)
+    _, ids_f, mode_f = M.global_concept(sae, empty_pos, neg, fallback=True)
+    return {
+        "global rule selects the planted feature only": ids_g.tolist() == [2] and mode_g.startswith("thresholded"),
+        "an empty global concept raises": raises(lambda: M.global_concept(sae, empty_pos, neg)),
+        "the fallback comes only when asked, labelled": ids_f.numel() == 0 and mode_f == "mean_decoder_difference",
+        "local rule selects the planted feature only": ids_l.tolist() == [3],
+        "an empty local concept raises": raises(lambda: M.local_concept(sae, empty_loc)),
+    }
