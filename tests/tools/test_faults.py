@@ -37,7 +37,7 @@ def checkout(tmp_path: Path) -> Path:
     """A scratch copy of the book (pages, registry, notebooks, results): never the real results/."""
     root = tmp_path / "book"
     root.mkdir()
-    for name in ("README.md", "_config.yml", "_toc.yml"):
+    for name in ("README.md", "_config.yml", "_toc.yml", "requirements-nodeps.txt"):  # the last: setup cells
         shutil.copy2(CHECKOUT / name, root / name)
     shutil.copytree(CHECKOUT / "book", root / "book")
     shutil.copytree(CHECKOUT / "notebooks", root / "notebooks")

