@@ -307,19 +307,27 @@ class _Blocks:
         # still turn everything after it into EOS (the public code checks for completion first and keeps them)
         self.early_stop()
         counts = self.mask_counts()
+        # a row with no masked position left is finished
         self.done |= counts.sum(1) == 0
+        # progress of block k: the decoded fraction of its positions (block 0, the prompt, is complete)
         progress = 1.0 - wide(counts) / self.size
         ids = torch.arange(self.nb + 1, device=counts.device)
         exists = ids[None, :] <= self.created[:, None]
+        # activation: a created block k becomes fully activated once block k - 1 has reached τ_act
+        # (a semi-activated block is decoded where confident, but forced progress happens only in active ones)
         self.active[:, 1:] |= exists[:, 1:] & (progress[:, :-1] >= self.act_thr)
         rows = torch.arange(self.b, device=counts.device)
         last = self.created
         last_prog = progress[rows, last]
+        # block addition: a new block of masks joins once the newest block has reached τ_add (or is complete),
+        # unless the row is finished, has decoded an EOS, or already holds all nb blocks
         add = ~self.done & ~self.eos_seen & (last < self.nb)
         add &= (last_prog >= self.add_thr) | (counts[rows, last] == 0)
         new = (last + 1).clamp(max=self.nb)
+        # the new block is born fully activated if its predecessor has already passed τ_act
         self.active[rows[add], new[add]] = last_prog[add] >= self.act_thr
         self.created = torch.where(add, last + 1, self.created)
+        # the decoding window ends with the rightmost created block that is active or still has masks
         exists = ids[None, :] <= self.created[:, None]
         live = exists & (self.active | (counts > 0))
         live[:, 0] = False
@@ -331,7 +339,10 @@ class _Blocks:
         """Apply one forward's logits (answer positions, rows ``rows``): transfer rule and forced progress."""
         masked = self.masked()[rows]
         pos = torch.arange(self.g, device=logits.device)
+        # candidates: still-masked positions inside the decoding window (every created block up to its end)
         cand = masked & (pos[None, :] < active_end[rows, None])
+        # the transfer rule: a candidate's greedy token is accepted when it passes τ (entropy <= τ, or top probability
+        # >= τ), and each row's best candidate always
         tokens, accept = transfer_rule(logits, cand, threshold, rule, forbid=self.mask_id)
         # forced progress in the first fully activated block that still has masked positions
         counts = self.mask_counts()[rows]
@@ -342,12 +353,15 @@ class _Blocks:
         has = first_ok.any(1)
         first = torch.where(first_ok, ids, self.nb + 1).amin(1)
         in_first = (self.block_of[None, :] == first[:, None]) & masked
+        # a row whose first active block would gain nothing this forward decodes its single best-scored position
+        # there, so that every forward makes progress
         stuck = has & ~(accept & in_first).any(1)
         if stuck.any():
             _, score = _scores(logits, rule, self.mask_id)
             j = torch.where(in_first, score, torch.inf).argmin(1)
             force = torch.zeros_like(accept).scatter(1, j[:, None], True) & stuck[:, None]
             accept |= force
+        # one forward (NFE) per row; write the accepted tokens and the forward that decoded each of them
         self.nfe[rows] += 1
         gen = self.x[rows, self.p:]
         self.x[rows, self.p:] = torch.where(accept, tokens, gen)

@@ -191,23 +191,33 @@ def solve_lambda_quartic(M: Tensor, B: Tensor, default: float = 0.5) -> Tensor:
     of the companion matrix (batched, float64 where the device has it), and the candidate (real parts of the three
     roots, and ``default``) with the smallest residual wins, so the result is never worse than ``λ = default``.
     Where ``B = 0`` (``M`` already orthonormal) ``λ = default``."""
+    # f(λ) = c4 λ⁴ + c3 λ³ + c2 λ² + c1 λ + c0 ≥ 0, per matrix of the batch (last axis: c4 ... c0)
     c = quartic_coefficients(M, B)
+    # the roots are found in float64 (MPS has none: float32 there), whatever the parameter's dtype
     work = torch.float32 if c.device.type == "mps" else torch.float64
     c = c.to(work)
+    # divide f by its largest coefficient: the same minimiser, and no overflow in λ⁴ for large matrices
     scale = c.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(work).tiny)
     c = c / scale
+    # f'(λ) = 4c4 λ³ + 3c3 λ² + 2c2 λ + c1; c4 = ‖B Bᵀ‖² is 0 only when B = 0 (then f does not depend on λ)
     lead = 4 * c[..., 0]
     ok = lead > 1e-12
     safe_lead = torch.where(ok, lead, torch.ones_like(lead))
+    # the monic cubic λ³ + d2 λ² + d1 λ + d0 = f'(λ) / 4c4 ...
     d = torch.stack([3 * c[..., 1], 2 * c[..., 2], c[..., 3]], -1) / safe_lead[..., None]
+    # ... has its three roots as the eigenvalues of its companion matrix [[-d2, -d1, -d0], [1, 0, 0], [0, 1, 0]]
     comp = torch.zeros(*c.shape[:-1], 3, 3, dtype=work, device=c.device)
     comp[..., 0, :] = -d
     comp[..., 1, 0] = 1
     comp[..., 2, 1] = 1
+    # a cubic has one or three real roots; a complex pair's real part is a harmless extra candidate
     roots = torch.linalg.eigvals(comp).real
+    # candidates: the stationary points and λ = default; the global minimiser of f is among the real roots,
+    # and keeping `default` makes the choice never worse than the fixed-λ step
     cand = torch.cat([roots, torch.full_like(roots[..., :1], default)], -1)
     vals = _polyval(c, cand)
     best = cand.gather(-1, vals.argmin(-1, keepdim=True)).squeeze(-1)
+    # B = 0: M is already on the manifold and every λ is a minimiser; keep the default
     best = torch.where(ok, best, torch.full_like(best, default))
     return best.to(M.dtype)
 
