@@ -13,9 +13,9 @@
 #   4. the full mode of the notebooks (--only, default all nineteen in book order), each killed after --cap
 #      seconds; a finished one writes results/full/NN-slug.json (the committed quick results are never touched).
 # Everything it prints goes to DIR (default results/gpu-check/): one log per step, summary.tsv (step, status,
-# seconds) and the benchmarks' JSON files (the committed results/bench-*.json are left as they were). Exit status: 0 when nothing failed (a timeout or a skip is not a failure), 1 otherwise.
-# Run it from the repository root with the project's venv (`.venv/bin/python`, or $PYTHON). A CPU run with a tiny
-# cap (`--cap 20 --budget 240`) shows the whole path works; it is what the tests of this script do not replace.
+# seconds) and the JSON files this run's benchmarks wrote (the committed results/bench-*.json are put back).
+# Exit status: 0 when nothing failed (a timeout or a skip is not a failure), 1 otherwise. Run it with the
+# project's venv (`.venv/bin/python`, or $PYTHON); on a CPU, a tiny cap (`--cap 20 --budget 240`) shows the path.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +67,7 @@ DEV=$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cp
 echo "device: $DEV"
 
 # the benchmarks write results/bench-*.json: this run's copies go to DIR, and the files there before are put back
-KEEP=$(mktemp -d); cp results/bench-*.json "$KEEP/" 2>/dev/null
+KEEP=$(mktemp -d); cp results/bench-*.json "$KEEP/" 2>/dev/null; touch "$KEEP/.start"
 step device-tests "$PY" -m pytest -q -rs -p no:cacheprovider tests/papers -k "cuda or device"
 if [ "$DEV" = cuda ]; then
   step bench-lmo "$PY" benchmarks/bench_lmo.py --device cuda --dtype bfloat16 --big
@@ -77,8 +77,12 @@ fi
 step bench-pogo "$PY" benchmarks/bench_pogo.py --device "$DEV"
 step bench-spreading "$PY" benchmarks/bench_spreading.py --device "$DEV"
 step bench-pace "$PY" benchmarks/bench_pace.py
-for f in results/bench-*.json; do [ -e "$f" ] && mv "$f" "$OUT/"; done
-cp "$KEEP"/bench-*.json results/ 2>/dev/null; rm -r "$KEEP"
+for f in results/bench-*.json; do
+  [ -e "$f" ] || continue
+  [ "$f" -nt "$KEEP/.start" ] && cp "$f" "$OUT/"
+  [ -e "$KEEP/${f##*/}" ] && cp "$KEEP/${f##*/}" "$f" || rm "$f"
+done
+rm -r "$KEEP"
 
 if [ -z "$ONLY" ]; then
   ONLY=$(ls notebooks/[0-9][0-9]-*.ipynb | sed 's|notebooks/\(..\).*|\1|' | paste -sd, -)
