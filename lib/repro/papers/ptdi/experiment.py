@@ -24,7 +24,9 @@ METHODS: dict[str, str] = {
     "bb": "BB-BH (no jackknife)",
     "jkbb": "PTDI (JKBB)",
     "oracle": "oracle π₀",
+    "anti": "negative control (JKBB − 0.03)",
 }
+ANTI_SHIFT = 0.03  # the negative control: JKBB moved down by this much, an anti-conservative π̂₀ C1's rule must flag
 ESTIMATORS = ("storey", "bb", "jkbb")
 
 
@@ -46,6 +48,7 @@ def select_all(p: Tensor, is_member: Tensor, alphas: list[float], pi0_true: floa
     """Run every method of :data:`METHODS` at every level on the same p-values ``(trials, m)``."""
     pi0 = {name: estimate_pi0(p, name) for name in ("bh", *ESTIMATORS)}
     pi0["oracle"] = estimate_pi0(p, pi0_true)
+    pi0["anti"] = (pi0["jkbb"] - ANTI_SHIFT).clamp(min=1e-3)
     methods = list(METHODS)
     shape = (len(alphas), len(methods))
     fir, se, power = np.zeros(shape), np.zeros(shape), np.zeros(shape)
