@@ -313,3 +313,24 @@ def test_runs_on_cuda(env3):
     assert exact.device.type == "cuda"
     tr = AS.train_goal_rep(gpu, "actor", 4, 5, 0, batch=32)
     assert tr.policy.device.type == "cuda"
+
+
+def test_partial_spearman_matches_the_precision_matrix_of_the_ranks():
+    """Reference: the partial correlation from the inverse correlation matrix of the ranks, −P_xy / √(P_xx P_yy)."""
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=400)
+    x, y = g + rng.normal(size=400), -g + 0.5 * rng.normal(size=400)
+    P = np.linalg.inv(np.corrcoef(np.stack([rankdata(v) for v in (x, y, g)])))
+    assert AS.partial_spearman(x, y, g) == pytest.approx(-P[0, 1] / np.sqrt(P[0, 0] * P[1, 1]), abs=1e-12)
+    assert AS.spearman(x, y) < -0.3 and abs(AS.partial_spearman(x, y, g)) < 0.15  # the shared factor removed
+
+
+def test_group_counts_of_the_anchors():
+    env = AS.DiscreteCube(3)
+    counts = AS.group_counts(env, AS.anchor_representations(env))
+    s, g = env.valid_pairs()
+    full = dict(zip(AS.ANCHORS, counts, strict=True))["actor_like"]
+    assert full == len(s)  # the goal-keeping anchor merges no two valid pairs
+    assert counts.min() >= int(torch.unique(s).numel())  # at least one group per state

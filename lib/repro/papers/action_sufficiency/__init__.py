@@ -57,7 +57,9 @@ from .experiment import (
     Phi,
     Sweep,
     anchor_representations,
+    group_counts,
     learned_reps,
+    partial_spearman,
     quadrant_counts,
     random_phi_family,
     spearman,
@@ -81,8 +83,9 @@ from .method import (
 from .problems import ACTIONS, DiscreteCube, Tasks
 
 __all__ = [
-    "ACTIONS", "ANCHORS", "TEMPLATES", "Collapse", "DiscreteCube", "GoalRepAgent", "Learned", "Phi", "Sweep",
-    "Tasks", "TrainedRep", "anchor_representations", "entropy", "first_hit_times", "group_entropies", "group_ids",
-    "learned_reps", "mixed_policy", "policy_of", "quadrant_counts", "random_phi_family", "rollout_success",
-    "spearman", "success_probability", "success_rate", "sweep", "train_goal_rep", "value_collapse_example",
+    "ACTIONS", "ANCHORS", "TEMPLATES", "Collapse", "DiscreteCube", "GoalRepAgent", "Learned", "Phi", "Sweep", "Tasks",
+    "TrainedRep", "anchor_representations", "entropy", "first_hit_times", "group_counts", "group_entropies",
+    "group_ids", "learned_reps", "partial_spearman", "mixed_policy", "policy_of", "quadrant_counts",
+    "random_phi_family", "rollout_success", "spearman", "success_probability", "success_rate", "sweep",
+    "train_goal_rep", "value_collapse_example",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from .method import group_entropies, mixed_policy, success_probability, train_goal_rep
+from .method import group_entropies, group_ids, mixed_policy, success_probability, train_goal_rep
 from .problems import DiscreteCube, Tasks
 
 Tensor = torch.Tensor
@@ -299,6 +299,23 @@ def quadrant_counts(sw: Sweep, tol: float = 1e-9) -> dict[str, int]:
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman's rank correlation (``scipy.stats.spearmanr``)."""
     return float(stats.spearmanr(x, y).statistic)
+
+
+def partial_spearman(x: np.ndarray, y: np.ndarray, given: np.ndarray) -> float:
+    """Spearman's ρ of ``x`` and ``y`` with ``given`` partialled out: the Pearson correlation of the ranks'
+    residuals after a least-squares fit on the ranks of ``given`` (with intercept). Claims audit B (07 C3/C4): the
+    association of success with Δ_V that Δ_A does not already explain."""
+    rx, ry, rg = (stats.rankdata(v) for v in (x, y, given))
+    basis = np.stack([np.ones_like(rg), rg], 1)
+    res = [r - basis @ np.linalg.lstsq(basis, r, rcond=None)[0] for r in (rx, ry)]
+    return float(stats.pearsonr(*res).statistic)
+
+
+def group_counts(env: DiscreteCube, phis: list[Phi]) -> np.ndarray:
+    """How many distinct ``(s, z)`` groups each representation keeps over the valid pairs: a plain resolution proxy
+    (the control of C3 in notebook 07 — more groups, fewer goals merged)."""
+    s, _ = env.valid_pairs()
+    return np.array([group_ids(s, p.z)[1] for p in phis])
 
 
 # ------------------------------------------------------------------------------------------- learned representations
