@@ -113,3 +113,51 @@ def test_scan_bits_is_the_teacher_forced_code_length_of_the_real_streams(corpus,
         assert got[name] == pytest.approx(enc.bits_float / enc.n_symbols, rel=1e-4)
     coupled = P.scan_bits(corpus.test_tree, W, {"coupled": (models.coupled, W)})["coupled"]
     assert np.isfinite(coupled) and coupled > 0
+
+
+def test_window_bits_are_each_window_coded_alone(corpus, models):
+    """Per-window code lengths: each equals the cross-entropy of that window taken alone, and their total is the
+    scan's teacher-forced rate."""
+    data = P.WindowData.from_levels(O.octree_contexts(corpus.test_tree), W)
+    bits, count = P.window_bits(models.pace, data, 2)
+    assert bits.shape == count.shape == (len(data),) and count.sum() == corpus.test_tree.n_symbols
+    for i in (0, len(data) // 2, len(data) - 1):
+        one = P.WindowData(*(a[i:i + 1] for a in (data.tokens, data.xyz, data.sym, data.valid)))
+        assert bits[i] == pytest.approx(P.cross_entropy_bits(models.pace, one, 2) * count[i], rel=1e-9)
+    per = P.scan_window_bits(corpus.test_tree, W, {"PACE 2s": (models.pace, 2)})["PACE 2s"]
+    assert np.allclose(per[0], bits) and P.scan_bits(corpus.test_tree, W, {"x": (models.pace, 2)})["x"] == (
+        pytest.approx(bits.sum() / count.sum(), rel=1e-12))
+    assert P.pooled_rate(np.array([3.0, 5.0]), np.array([1.0, 3.0])) == 2.0
+
+
+def test_stage_rates_and_their_largest_rise(corpus, models):
+    assert P.largest_stage_rise(np.array([[2.0, 1.5, 1.5], [1.0, 1.1, 0.9]])) == pytest.approx(0.1)
+    assert P.largest_stage_rise(np.array([[3.0, 2.0, 1.0]])) == pytest.approx(-1 / 3)
+    with pytest.raises(ValueError, match="modes"):
+        P.largest_stage_rise(np.array([1.0, 2.0]))
+    grid = O.Grid.centred(128.0, DEPTH)
+    got = P.stage_bpp(corpus.test_scans, grid, DEPTH, models.pace, ["fp", "ar"])
+    for j, mode in enumerate(["fp", "ar"]):
+        assert got[0, j] == C.encode_detailed(corpus.test_scans[0], models.pace, DEPTH, mode, grid=grid).bpp
+
+
+def test_single_stage_control_trains_with_one_stage_count(corpus):
+    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2)
+    model, loss = P.train_single_stage(corpus, recipe, 0)
+    assert isinstance(model, P.PACEModel) and len(loss) == 3
+    torch.manual_seed(0)
+    ref = P.PACEModel(d=16, layers=1, heads=2, window=W)
+    P.train(ref, corpus.data, steps=3, ks=[1], batch=4, lr=recipe.lr, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values(), strict=True))
+
+
+def test_backbone_calls_counts_the_real_decoder(corpus, models):
+    """PACE runs its backbone once for the slice (every window in one chunk); the coupled model once per position
+    of a window, re-running or cached: W calls for a slice of full windows."""
+    level = DEPTH - 1
+    n = min(2 * W, len(corpus.test_tree.symbols(level)))
+    got = P.backbone_calls(corpus.test_tree, level, 2, W, {
+        "PACE ar": (models.pace, "ar"), "PACE fp": (models.pace, "fp"), "coupled": (models.coupled, "ar"),
+        "coupled + KV": (models.coupled, "ar-kv")})
+    assert got == {"PACE ar": 1, "PACE fp": 1, "coupled": min(W, n), "coupled + KV": min(W, n)}
+    assert "step" not in vars(models.coupled.blocks[0])  # the counter is removed afterwards

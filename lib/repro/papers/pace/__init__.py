@@ -66,6 +66,7 @@ from .model import (
     cross_entropy_bits,
     stage_prev,
     train,
+    window_bits,
 )
 from .octree import Grid, Octree, build_octree, dequantize, level_context, octree_contexts, quantize, rebuild
 
@@ -73,17 +74,19 @@ from .octree import Grid, Octree, build_octree, dequantize, level_context, octre
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "experiment": [
         "Corpus", "LatencySlice", "Models", "RateDistortion", "Recipe", "coder_overhead", "count_lossless_failures",
-        "decode_times", "latency_slice", "level_bits", "make_corpus", "moving_average", "order_inversions",
-        "rate_distortion", "scan_bits", "train_models",
+        "backbone_calls", "decode_times", "largest_stage_rise", "latency_slice", "level_bits", "make_corpus",
+        "moving_average", "order_inversions", "pooled_rate", "rate_distortion", "scan_bits", "scan_window_bits",
+        "stage_bpp", "train_models", "train_single_stage",
     ],
 })
 
 __all__ = [
-    "AncestorMLP", "CorruptStream", "Corpus", "CountTable", "CoupledCausalModel", "Encoded", "Grid", "LatencySlice",
-    "Models", "Octree", "PACEModel", "RateDistortion", "Recipe", "Scene", "WindowData", "bd_rate", "bits_per_point",
-    "build_octree", "coder_overhead", "count_lossless_failures", "cross_entropy_bits", "d1_mse", "d1_psnr", "decode",
-    "decode_level", "decode_quantized", "decode_times", "dequantize", "encode", "encode_detailed", "encode_level",
-    "latency_slice", "level_bits", "level_context", "make_corpus", "make_scans", "make_scene", "moving_average",
-    "octree_contexts", "order_inversions", "pmf_to_freq", "quantize", "rate_distortion", "ray_cast", "rebuild",
-    "scan_bits", "spin_lidar", "stage_prev", "train", "train_models",
+    "AncestorMLP", "Corpus", "CorruptStream", "CountTable", "CoupledCausalModel", "Encoded", "Grid", "LatencySlice",
+    "Models", "Octree", "PACEModel", "RateDistortion", "Recipe", "Scene", "WindowData", "backbone_calls", "bd_rate",
+    "bits_per_point", "build_octree", "coder_overhead", "count_lossless_failures", "cross_entropy_bits", "d1_mse",
+    "d1_psnr", "decode", "decode_level", "decode_quantized", "decode_times", "dequantize", "encode",
+    "encode_detailed", "encode_level", "largest_stage_rise", "latency_slice", "level_bits", "level_context",
+    "make_corpus", "make_scans", "make_scene", "moving_average", "octree_contexts", "order_inversions",
+    "pmf_to_freq", "pooled_rate", "quantize", "rate_distortion", "ray_cast", "rebuild", "scan_bits", "scan_window_bits",
+    "spin_lidar", "stage_bpp", "stage_prev", "train", "train_models", "train_single_stage", "window_bits",
 ]

@@ -8,8 +8,9 @@ everything else is deterministic, apart from the wall times, which depend on the
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 
 from . import codec, metrics
 from .lidar import make_scans
-from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, cross_entropy_bits, train
+from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, train, window_bits
 from .octree import Grid, Octree, build_octree, dequantize, level_context, morton_decode, octree_contexts, quantize
 
 Codecs = Mapping[str, tuple[Any, str]]  # name -> (model, mode)
@@ -86,6 +87,18 @@ class Models:
     coupled_loss: list[float]
     table_bits: float
     n_params: dict[str, int]
+
+
+def train_single_stage(corpus: Corpus, recipe: Recipe, seed: int, k: int = 1,
+                       device: torch.device | str = "cpu") -> tuple[PACEModel, list[float]]:
+    """The control of stage scalability: a PACE model of the recipe's size and steps trained with the single stage
+    count ``k`` (default 1, fully parallel) instead of a random ``k`` per batch, initialised from torch's generator
+    at ``seed``. Decoded with more stages, it sees earlier symbols it was never trained on."""
+    torch.manual_seed(seed)
+    model = PACEModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+    loss = train(model, corpus.data.to(device), steps=recipe.steps, ks=[k], batch=recipe.batch, lr=recipe.lr,
+                 seed=seed)
+    return model, loss
 
 
 def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu") -> Models:
@@ -245,15 +258,76 @@ def latency_slice(tree: Octree, level: int, n_windows: int, window: int, models:
     return LatencySlice(n, per_node, seconds, exact, bits)
 
 
+def scan_window_bits(tree: Octree, window: int,
+                     models: Mapping[str, tuple[Any, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per ``(model, k)``: the teacher-forced code length of every window of every coded level of ``tree`` (bits
+    per window, symbols per window; :func:`repro.papers.pace.model.window_bits`), the items of a bootstrap over
+    windows."""
+    data = WindowData.from_levels(octree_contexts(tree), window)
+    return {name: window_bits(model, data.to(model.device), k) for name, (model, k) in models.items()}
+
+
 def scan_bits(tree: Octree, window: int, models: Mapping[str, tuple[Any, int]]) -> dict[str, float]:
     """Teacher-forced code length (bits per coded symbol) of each ``(model, k)`` on every coded level of ``tree``:
     the rate a model's stream would have (the coder reaches it within a fraction of a percent), cheap to compute
     for a coupled model whose real stream would take minutes to encode."""
-    data = WindowData.from_levels(octree_contexts(tree), window)
-    out = {}
-    for name, (model, k) in models.items():
-        out[name] = cross_entropy_bits(model, data.to(model.device), k)
-    return out
+    return {name: pooled_rate(bits, count) for name, (bits, count) in scan_window_bits(tree, window, models).items()}
+
+
+def pooled_rate(bits: np.ndarray, symbols: np.ndarray) -> float:
+    """Bits per symbol of a set of windows, ``sum(bits) / sum(symbols)`` (the bootstrap statistic of
+    :func:`scan_window_bits`' items: a resample of windows is coded at this rate)."""
+    return float(np.sum(bits) / max(float(np.sum(symbols)), 1.0))
+
+
+def stage_bpp(scans: Sequence[np.ndarray], grid: Grid, depth: int, model: Any, modes: Sequence[str]) -> np.ndarray:
+    """Bits per input point of real streams of every scan (rows) in every stage mode (columns) at ``depth``."""
+    return np.array([[codec.encode_detailed(p, model, depth, mode, grid=grid.at_depth(depth)).bpp for mode in modes]
+                     for p in scans])
+
+
+def largest_stage_rise(bpp: np.ndarray) -> float:
+    """The largest relative rise of the rate from one stage count to the next, over scans: ``max bpp[:, j + 1] /
+    bpp[:, j] − 1`` for ``bpp`` of shape (scans, modes in increasing k); ≤ 0 when every added stage lowers it."""
+    bpp = np.asarray(bpp, dtype=float)
+    if bpp.ndim != 2 or bpp.shape[1] < 2:
+        raise ValueError(f"largest_stage_rise needs (scans, >= 2 modes) rates, got shape {bpp.shape}")
+    return float((bpp[:, 1:] / bpp[:, :-1] - 1).max())
+
+
+def backbone_calls(tree: Octree, level: int, n_windows: int, window: int, models: Codecs) -> dict[str, int]:
+    """How often each model runs its backbone (a call of its first transformer block, as a layer pass over a batch
+    of windows or as one cached step) while decoding the latency slice of :func:`latency_slice` once. Counted on
+    the real decoder, independent of the clock: the paper's "eliminating repetitive backbone executions" is one
+    call per window chunk for PACE against one per position for a coupled model, cached or not."""
+    tokens, xyz = level_context(tree.codes, tree.occupancy, level)
+    n = min(len(tokens), n_windows * window)
+    tok, pos, sym = tokens[:n], xyz[:n], tree.symbols(level)[:n]
+    calls: dict[str, int] = {}
+    for name, (model, mode) in models.items():
+        words = codec.encode_level(model, tok, pos, sym, mode)
+        with _count_calls(model.blocks[0]) as counter:
+            codec.decode_level(words, model, tok, pos, mode)
+        calls[name] = counter[0]
+    return calls
+
+
+@contextlib.contextmanager
+def _count_calls(block: torch.nn.Module) -> Iterator[list[int]]:
+    """Count ``block``'s forward passes and cached ``step`` calls inside the ``with`` (a one-element list)."""
+    counter = [0]
+
+    def bump(*_: Any) -> None:
+        counter[0] += 1
+
+    step = block.step
+    handle = block.register_forward_pre_hook(bump)
+    block.step = lambda *a, **kw: (bump(), step(*a, **kw))[1]  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        handle.remove()
+        del block.step  # back to the class's method
 
 
 def level_bits(rd: RateDistortion, names: Sequence[str], n_scans: int) -> tuple[dict[str, np.ndarray], np.ndarray]:

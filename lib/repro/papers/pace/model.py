@@ -580,17 +580,24 @@ class WindowData:
         return WindowData(self.tokens.to(device), self.xyz.to(device), self.sym.to(device), self.valid.to(device))
 
 
-def cross_entropy_bits(model: nn.Module, data: WindowData, k: int, batch: int = 64) -> float:
-    """Mean teacher-forced code length (bits per symbol) of ``model`` on ``data`` with ``k`` stages."""
-    total, count = 0.0, 0
+def window_bits(model: nn.Module, data: WindowData, k: int, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Teacher-forced code length of each window of ``data`` under ``model`` with ``k`` stages: (bits per window,
+    coded symbols per window), both (N,) float64; the items a bootstrap over windows resamples."""
+    bits, count = [], []
     with torch.no_grad():
         for s in range(0, len(data), batch):
             t, x, y, v = (a[s:s + batch] for a in (data.tokens, data.xyz, data.sym, data.valid))
-            logits = model(t, x.to(model.dtype), v, y, k)
-            nll = F.cross_entropy(logits[v].double(), y[v], reduction="sum")
-            total += float(nll) / math.log(2)
-            count += int(v.sum())
-    return total / max(count, 1)
+            logits = model(t, x.to(model.dtype), v, y, k).double()
+            nll = F.cross_entropy(logits.transpose(1, 2), y.clamp(max=logits.shape[-1] - 1), reduction="none")
+            bits.append((nll * v).sum(1).cpu().numpy() / math.log(2))
+            count.append(v.sum(1).cpu().numpy().astype(np.float64))
+    return np.concatenate(bits), np.concatenate(count)
+
+
+def cross_entropy_bits(model: nn.Module, data: WindowData, k: int, batch: int = 64) -> float:
+    """Mean teacher-forced code length (bits per symbol) of ``model`` on ``data`` with ``k`` stages."""
+    bits, count = window_bits(model, data, k, batch)
+    return float(bits.sum()) / max(float(count.sum()), 1.0)
 
 
 def train(model: nn.Module, data: WindowData, *, steps: int, batch: int = 16, lr: float = 2e-3,
