@@ -624,6 +624,8 @@ def test_claim_numbers_by_hand():
     assert n["best_lr_by_base"] == {"POGO (SGD)": 1.0, "POGO (SGD-mom 0.3)": 1.0, "POGO (VectorAdam)": 1.0}
     assert n["worst_at_best_by_base"] == {"POGO (SGD)": 1e-4, "POGO (SGD-mom 0.3)": 1e-4, "POGO (VectorAdam)": 5.0}
     assert n["worst_at_best"] == 5.0
+    # the controls: Landing's worst error at lr <= 0.1 (only 0.1 here) and at its best lr (1.0: gap 1e-3 < 2e-3)
+    assert n["landing_worst"] == 1e-2 and n["landing_worst_at_best"] == 1e-4
     assert P.best_summary(res, {"Landing": 0.1}) == {"Landing": {"lr": 0.1, "final_gap": 2e-3, "worst_orth": 1e-2}}
     with pytest.raises(ValueError, match="<= 0.01"):
         P.claim_numbers(res, lrs, lr_max=0.01)

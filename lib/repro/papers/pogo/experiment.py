@@ -191,7 +191,8 @@ def claim_numbers(res: Mapping[tuple[str, float], Trajectory], lrs: Sequence[flo
     (``gap_ratio``, gaps floored at ``floor``). At each POGO base's best learning rate (smallest final gap over the
     whole grid): its worst orthogonality error (``worst_at_best``, ``worst_at_best_by_base``). Over the whole
     grid: the best geoopt final gap over the best POGO one, with the gaps floored (``geoopt_over_pogo``) and
-    without (``geoopt_over_pogo_raw``); diverged runs are left out of the best gaps."""
+    without (``geoopt_over_pogo_raw``); diverged runs are left out of the best gaps. The controls of C2: Landing's
+    worst error over the same learning rates (``landing_worst``) and at its own best one (``landing_worst_at_best``)."""
     lr_claim = [lr for lr in lrs if lr <= lr_max]
     if not lr_claim:
         raise ValueError(f"no learning rate of {list(lrs)} is <= {lr_max}")
@@ -201,6 +202,7 @@ def claim_numbers(res: Mapping[tuple[str, float], Trajectory], lrs: Sequence[flo
                     for lr in lr_claim)
     best = best_lrs(res, lrs, POGO_METHODS)
     at_best = {m: res[m, best[m]].worst_orth for m in POGO_METHODS}
+    landing_best = best_lrs(res, lrs, ["Landing"])["Landing"]
 
     def best_gap(methods: Sequence[str], fl: float) -> float:
         return min(max(res[m, lr].final_gap, fl) for m in methods for lr in lrs if np.isfinite(res[m, lr].final_gap))
@@ -208,7 +210,9 @@ def claim_numbers(res: Mapping[tuple[str, float], Trajectory], lrs: Sequence[flo
     return dict(worst_pogo=max(worst_by_base.values()), worst_by_base=worst_by_base, landing_ratio=ratio,
                 gap_ratio=gap_ratio, worst_at_best=max(at_best.values()), worst_at_best_by_base=at_best,
                 best_lr_by_base=best, geoopt_over_pogo=best_gap(GEOOPT_METHODS, floor) / best_gap(POGO_METHODS, floor),
-                geoopt_over_pogo_raw=best_gap(GEOOPT_METHODS, 0.0) / best_gap(POGO_METHODS, 0.0))
+                geoopt_over_pogo_raw=best_gap(GEOOPT_METHODS, 0.0) / best_gap(POGO_METHODS, 0.0),
+                landing_worst=max(res["Landing", lr].worst_orth for lr in lr_claim),
+                landing_worst_at_best=res["Landing", landing_best].worst_orth)
 
 
 def time_to_gap(prob: Problem, X0: Tensor, best: Mapping[str, float], target: float, max_steps: int,
