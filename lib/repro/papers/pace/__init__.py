@@ -64,6 +64,7 @@ from .model import (
     PACEModel,
     WindowData,
     cross_entropy_bits,
+    pooled_rate,
     stage_prev,
     train,
     window_bits,
@@ -75,7 +76,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "experiment": [
         "Corpus", "LatencySlice", "Models", "RateDistortion", "Recipe", "coder_overhead", "count_lossless_failures",
         "backbone_calls", "decode_times", "largest_stage_rise", "latency_slice", "level_bits", "make_corpus",
-        "moving_average", "order_inversions", "pooled_rate", "rate_distortion", "scan_bits", "scan_window_bits",
+        "moving_average", "order_inversions", "rate_distortion", "scan_bits", "scan_window_bits",
         "stage_bpp", "train_models", "train_single_stage",
     ],
 })

@@ -20,7 +20,7 @@ import torch
 
 from . import codec, metrics
 from .lidar import make_scans
-from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, train, window_bits
+from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, pooled_rate, train, window_bits
 from .octree import Grid, Octree, build_octree, dequantize, level_context, morton_decode, octree_contexts, quantize
 
 Codecs = Mapping[str, tuple[Any, str]]  # name -> (model, mode)
@@ -237,13 +237,19 @@ class LatencySlice:
     bits_per_node: dict[str, float]
 
 
+def _slice(tree: Octree, level: int, n_windows: int, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contexts, positions and symbols of the first ``n_windows`` windows of ``level`` of ``tree``."""
+    tokens, xyz = level_context(tree.codes, tree.occupancy, level)
+    n = min(len(tokens), n_windows * window)
+    return tokens[:n], xyz[:n], tree.symbols(level)[:n]
+
+
 def latency_slice(tree: Octree, level: int, n_windows: int, window: int, models: Codecs,
                   repeats: int) -> LatencySlice:
     """The first ``n_windows`` windows of ``level`` of ``tree``: each model encodes them once (a warm-up), then
     decodes them ``repeats`` times, the models interleaved within each round (machine-dependent timings)."""
-    tokens, xyz = level_context(tree.codes, tree.occupancy, level)
-    n = min(len(tokens), n_windows * window)
-    tok, pos, sym = tokens[:n], xyz[:n], tree.symbols(level)[:n]
+    tok, pos, sym = _slice(tree, level, n_windows, window)
+    n = len(sym)
     words = {k: codec.encode_level(m, tok, pos, sym, mode) for k, (m, mode) in models.items()}
     seconds: dict[str, list[float]] = {k: [] for k in models}
     exact = True
@@ -274,12 +280,6 @@ def scan_bits(tree: Octree, window: int, models: Mapping[str, tuple[Any, int]]) 
     return {name: pooled_rate(bits, count) for name, (bits, count) in scan_window_bits(tree, window, models).items()}
 
 
-def pooled_rate(bits: np.ndarray, symbols: np.ndarray) -> float:
-    """Bits per symbol of a set of windows, ``sum(bits) / sum(symbols)`` (the bootstrap statistic of
-    :func:`scan_window_bits`' items: a resample of windows is coded at this rate)."""
-    return float(np.sum(bits) / max(float(np.sum(symbols)), 1.0))
-
-
 def stage_bpp(scans: Sequence[np.ndarray], grid: Grid, depth: int, model: Any, modes: Sequence[str]) -> np.ndarray:
     """Bits per input point of real streams of every scan (rows) in every stage mode (columns) at ``depth``."""
     return np.array([[codec.encode_detailed(p, model, depth, mode, grid=grid.at_depth(depth)).bpp for mode in modes]
@@ -300,9 +300,7 @@ def backbone_calls(tree: Octree, level: int, n_windows: int, window: int, models
     of windows or as one cached step) while decoding the latency slice of :func:`latency_slice` once. Counted on
     the real decoder, independent of the clock: the paper's "eliminating repetitive backbone executions" is one
     call per window chunk for PACE against one per position for a coupled model, cached or not."""
-    tokens, xyz = level_context(tree.codes, tree.occupancy, level)
-    n = min(len(tokens), n_windows * window)
-    tok, pos, sym = tokens[:n], xyz[:n], tree.symbols(level)[:n]
+    tok, pos, sym = _slice(tree, level, n_windows, window)
     calls: dict[str, int] = {}
     for name, (model, mode) in models.items():
         words = codec.encode_level(model, tok, pos, sym, mode)

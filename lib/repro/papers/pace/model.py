@@ -596,8 +596,13 @@ def window_bits(model: nn.Module, data: WindowData, k: int, batch: int = 64) -> 
 
 def cross_entropy_bits(model: nn.Module, data: WindowData, k: int, batch: int = 64) -> float:
     """Mean teacher-forced code length (bits per symbol) of ``model`` on ``data`` with ``k`` stages."""
-    bits, count = window_bits(model, data, k, batch)
-    return float(bits.sum()) / max(float(count.sum()), 1.0)
+    return pooled_rate(*window_bits(model, data, k, batch))
+
+
+def pooled_rate(bits: np.ndarray, symbols: np.ndarray) -> float:
+    """Bits per symbol of a set of windows, ``sum(bits) / sum(symbols)`` (the bootstrap statistic of
+    :func:`window_bits`' items: a resample of windows is coded at this rate)."""
+    return float(np.sum(bits) / max(float(np.sum(symbols)), 1.0))
 
 
 def train(model: nn.Module, data: WindowData, *, steps: int, batch: int = 16, lr: float = 2e-3,
