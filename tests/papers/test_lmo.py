@@ -465,6 +465,38 @@ def test_grid_offset_study_is_run_landscape_at_shifted_grids():
             assert study.slopes[i, j] == L.summarize(res["lin", "l2"], 0.1).slope
 
 
+def test_offset_study_seed_medians_and_with_run_join_the_main_run():
+    probs = {"lin": L.linear_regression(64, 4, noise=0.5, seed=0, dtype=torch.float64)}
+    taus, N, g = [1, 2, 4], 64, L.LRGrid("a", 2.0, 3, (1.0, 0.5, 0.25))
+    both = L.grid_offset_study(probs, ("lin", "l2"), taus, [g], [0.0, 0.5], N, seeds=3, checkpoints=2,
+                               temperature=0.1, seed=3)
+    np.testing.assert_allclose(both.seed_medians, np.median(both.seed_slopes[0], axis=0))
+    half = L.grid_offset_study(probs, ("lin", "l2"), taus, [g], [0.5], N, seeds=3, checkpoints=2,
+                               temperature=0.1, seed=3)
+    main = L.run_landscape(probs, [("lin", "l2")], taus, g.alphas, N, 3, 2, g.count, g.ratio, seed=3)
+    joined = half.with_run(L.summarize(main["lin", "l2"], 0.1))
+    assert joined.offsets == [0.0, 0.5]
+    np.testing.assert_allclose(joined.slopes, both.slopes)
+    np.testing.assert_allclose(joined.seed_slopes, both.seed_slopes)
+    with pytest.raises(ValueError, match="one learning-rate grid"):
+        L.grid_offset_study(probs, ("lin", "l2"), taus, [g, g], [0.5], N, 1, 2, 0.1).with_run(
+            L.summarize(main["lin", "l2"], 0.1))
+
+
+def test_exact_grad_runs_full_gradient_steps_at_the_batch_step_count():
+    prob = L.linear_regression(32, 3, noise=0.5, seed=1, dtype=torch.float64)
+    lrs = np.full((2, 1, 1), 0.05)
+    res = L.run_grid(prob, "l2", [1, 4], [0.5], lrs, 16, seeds=2, checkpoints=1, exact_grad=True)
+    np.testing.assert_array_equal(res.loss[:, 0], res.loss[:, 1])  # no sampling noise: every seed alike
+    for t_i, tau in enumerate((1, 4)):                               # a hand-written loop of 16/τ full steps
+        x, m = torch.zeros(3, dtype=torch.float64), None
+        for _ in range(16 // tau):
+            g = (prob.a.T @ (prob.a @ x - prob.b)) / prob.n
+            m = g if m is None else 0.5 * m + 0.5 * g
+            x = x - 0.05 * m / m.norm()
+        assert res.loss[t_i, 0, 0, 0, -1] == pytest.approx(float(prob.excess(x)), rel=1e-9)
+
+
 def test_summarize_recovers_a_known_diagonal_shift():
     # synthetic landscape whose best α is 2^-6 · τ exactly (slope 1) and whose best lr is the middle one
     taus, alphas = np.array([1, 2, 4, 8]), 2.0 ** -np.arange(7)

@@ -64,12 +64,17 @@ def _check_grid(taus: Sequence[int], alphas: Sequence[float], lrs: np.ndarray, b
 
 
 def run_grid(problem: LeastSquares, lmo: str, taus: Sequence[int], alphas: Sequence[float], lrs: np.ndarray,
-             budget: int, seeds: int, checkpoints: int = 32, seed: int = 0, nesterov: bool = False) -> GridResult:
+             budget: int, seeds: int, checkpoints: int = 32, seed: int = 0, nesterov: bool = False,
+             exact_grad: bool = False) -> GridResult:
     """Run the momentum LMO method from ``x₀ = 0`` for every (τ, seed, α, lr) at a fixed sample budget.
 
     For each τ, all ``seeds × len(alphas) × lrs.shape[2]`` runs are one batched tensor computation of
     ``budget/τ`` steps; the runs of one seed share their τ-nice mini-batches (common random numbers: the
     configurations are compared on the same sample path). Momentum starts at ``m₀ = g₀``.
+
+    ``exact_grad`` replaces every mini-batch gradient by the full gradient while keeping ``budget/τ`` steps:
+    the step count of batch size τ without its sampling noise (then every seed is the same run). It separates
+    what the batch size does through the number of steps from what it does through the ABC variance.
     """
     lrs = np.asarray(lrs, dtype=float)
     _check_grid(taus, alphas, lrs, budget, checkpoints, problem.n)
@@ -82,7 +87,7 @@ def run_grid(problem: LeastSquares, lmo: str, taus: Sequence[int], alphas: Seque
         lr = torch.tensor(lrs[t_i], dtype=dt, device=dev).reshape(1, -1, *[1] * nb)   # α-major, lr-minor
         gen = torch.Generator(device=dev).manual_seed(seed * 1_000_003 + int(tau))
         out[t_i] = _run_one_tau(problem, fn, int(tau), alpha, lr, budget, seeds, checkpoints, gen,
-                                nesterov).reshape(seeds, na, nl, checkpoints)
+                                nesterov, exact_grad).reshape(seeds, na, nl, checkpoints)
     samples = budget // checkpoints * np.arange(1, checkpoints + 1)
     return GridResult(lmo=lmo, taus=np.asarray(taus), alphas=np.asarray(alphas, dtype=float), lrs=lrs,
                       samples=samples, loss=out)
@@ -90,14 +95,14 @@ def run_grid(problem: LeastSquares, lmo: str, taus: Sequence[int], alphas: Seque
 
 def _run_one_tau(problem: LeastSquares, fn: Callable[..., Tensor], tau: int, alpha: Tensor, lr: Tensor,
                  budget: int, seeds: int, checkpoints: int, gen: torch.Generator, nesterov: bool,
-                 chunk: int = 512) -> np.ndarray:
+                 exact_grad: bool = False, chunk: int = 512) -> np.ndarray:
     steps, every = budget // tau, budget // tau // checkpoints
     x = torch.zeros(seeds, alpha.shape[1], *problem.shape, dtype=problem.a.dtype, device=problem.a.device)
     m, rec = None, []
     for start in range(0, steps, chunk):
         idx_chunk = tau_nice_indices(problem.n, tau, (min(chunk, steps - start), seeds), gen, x.device)
         for j, idx in enumerate(idx_chunk):
-            g = problem.grad(x, idx)
+            g = problem.grad(x, None if exact_grad else idx)
             if m is None:
                 m, src = g, g
             else:
@@ -231,39 +236,60 @@ class LRGrid:
 @dataclass
 class OffsetStudy:
     """The slope of ``log α̂*`` on ``log τ`` for one (problem, LMO) on every learning-rate grid of ``grids`` at every
-    offset of ``offsets`` (fractions of a grid step): ``slopes[grid, offset]``."""
+    offset of ``offsets`` (fractions of a grid step): ``slopes[grid, offset]`` from the seed mean, and
+    ``seed_slopes[grid, offset, seed]`` one per seed (the learning rate still chosen on the seed mean)."""
 
     grids: list[LRGrid]
     offsets: list[float]
     slopes: np.ndarray
+    seed_slopes: np.ndarray
 
     @property
     def median(self) -> float:
+        """The median slope over every grid and offset (seed-mean α̂*)."""
         return float(np.median(self.slopes))
+
+    @property
+    def seed_medians(self) -> np.ndarray:
+        """Per seed, the median of its slopes over every grid and offset: one value per seed, for an interval
+        over seeds that the placement of the learning rates cannot move much."""
+        return np.median(self.seed_slopes.reshape(-1, self.seed_slopes.shape[-1]), axis=0)
+
+    def with_run(self, summary: GridSummary, offset: float = 0.0) -> OffsetStudy:
+        """This one-grid study with a run already made at ``offset`` (its :class:`GridSummary`, e.g. the main
+        landscape at offset 0) added in front, so that offset is not run twice."""
+        if len(self.grids) != 1:
+            raise ValueError("with_run joins a run to a study of one learning-rate grid")
+        return OffsetStudy(grids=self.grids, offsets=[offset, *self.offsets],
+                           slopes=np.concatenate([[[summary.slope]], self.slopes], axis=1),
+                           seed_slopes=np.concatenate([summary.seed_slopes[None, None], self.seed_slopes], axis=1))
 
 
 def grid_offset_study(problems: Mapping[str, LeastSquares], key: GridKey, taus: Sequence[int],
                       grids: Sequence[LRGrid], offsets: Sequence[float], budget: int, seeds: int, checkpoints: int,
-                      temperature: float, seed: int = 0) -> OffsetStudy:
+                      temperature: float, seed: int = 0, exact_grad: bool = False) -> OffsetStudy:
     """:func:`run_landscape` of the one grid ``key`` for every learning-rate grid and offset, summarised by the
     slope of :func:`summarize` (soft-argmin at ``temperature``). Shows how much the slope depends on where the
     learning rates happen to fall, instead of reporting the one grid that was kept.
 
     The offsets of one grid run as one batched :func:`run_grid` (their learning rates side by side): the same
-    mini-batches as separate runs (they depend on the seed and τ only), at a fraction of the time."""
+    mini-batches as separate runs (they depend on the seed and τ only), at a fraction of the time.
+    ``exact_grad`` runs the noise-free control of :func:`run_grid`."""
     prob, lmo = key
     P, slopes = problems[prob], np.empty((len(grids), len(offsets)))
+    per_seed = np.empty((len(grids), len(offsets), seeds))
     for i, g in enumerate(grids):
         center = _lr_center(P, lmo, budget)
         lrs = np.concatenate([lr_grid(center * g.ratio**off, taus, g.alphas, g.count, g.ratio) for off in offsets],
                              axis=2)                                                   # (τ, α, offsets · count)
-        res = run_grid(P, lmo, taus, g.alphas, lrs, budget, seeds, checkpoints, seed=seed)
+        res = run_grid(P, lmo, taus, g.alphas, lrs, budget, seeds, checkpoints, seed=seed, exact_grad=exact_grad)
         for j in range(len(offsets)):
             cut = slice(j * g.count, (j + 1) * g.count)
             part = GridResult(lmo=res.lmo, taus=res.taus, alphas=res.alphas, lrs=res.lrs[:, :, cut],
                               samples=res.samples, loss=res.loss[:, :, :, cut])
-            slopes[i, j] = summarize(part, temperature).slope
-    return OffsetStudy(grids=list(grids), offsets=list(offsets), slopes=slopes)
+            s = summarize(part, temperature)
+            slopes[i, j], per_seed[i, j] = s.slope, s.seed_slopes
+    return OffsetStudy(grids=list(grids), offsets=list(offsets), slopes=slopes, seed_slopes=per_seed)
 
 
 def abc_rows(problems: Mapping[str, LeastSquares], taus: Sequence[int], budget: int) -> list[dict[str, float]]:
