@@ -294,6 +294,9 @@ def test_digits_references_models_and_groups_on_a_toy_set():
     assert groups.ci[0] > 0 and groups.ci[0] <= groups.t_coarse - groups.t_fine <= groups.ci[1]
     assert groups.boot.shape == (200,) and len(groups.t) == 40 and (torch.diff(groups.t) > 0).all()
     assert (groups.H_coarse <= groups.H_fine + 1e-12).all()
+    assert groups.delta.value == pytest.approx(groups.t_coarse - groups.t_fine, abs=1e-9)
+    assert (groups.delta.lo, groups.delta.hi) == pytest.approx(groups.ci)          # the same resamples
+    assert sorted(groups.random_groups) == sorted(groups.groups)                   # same sizes, labels permuted
     state = torch.get_rng_state()
     kw = dict(denoiser_steps=5, denoiser_width=16, clf_steps=5)
     a = se.digits_model(data, ref, torch.Generator().manual_seed(7), 0, **kw)
@@ -301,6 +304,33 @@ def test_digits_references_models_and_groups_on_a_toy_set():
     assert torch.equal(torch.get_rng_state(), state)              # torch's global generator is left as it was
     assert a.losses == b.losses and torch.equal(a.H_model, b.H_model) and torch.equal(a.ce, b.ce)
     assert a.bound_slack == pytest.approx(float((a.ce.double() - ref.H_emp).min()))
+    assert a.untrained_gap == b.untrained_gap and math.isfinite(a.untrained_gap)
+
+
+def test_crossing_times_match_crossing_time_row_by_row_and_nan_without_a_crossing():
+    t = np.linspace(0, 10, 301)
+    H = np.stack([np.tanh(t - c) for c in (2.0, 4.5, 7.25)] + [np.full_like(t, -1.0)])
+    got = se.crossing_times(t, H, 0.1)
+    want = [se.crossing_time(torch.as_tensor(t), torch.as_tensor(h), 0.1) for h in H[:3]]
+    assert got[:3] == pytest.approx(want, abs=1e-12) and math.isnan(got[3])
+
+
+def test_peak_delta_and_smallest_decision_step_on_curves_with_known_shifts():
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 6, 241)
+    noise = lambda: 0.02 * rng.standard_normal((len(t), 400))   # noqa: E731 - items around a known mean curve
+    a = np.tanh(2 * (t - 3.5))[:, None] + noise()               # rate peak at 3.5
+    b = np.tanh(2 * (t - 2.0))[:, None] + noise()               # rate peak at 2.0
+    d = se.peak_delta(t, a, b, n_boot=300)
+    assert d.value == pytest.approx(1.5, abs=0.02) and d.lo <= d.value <= d.hi and d.hi - d.lo < 0.2
+    curves = [np.tanh(t - c)[:, None] + noise() for c in (1.0, 2.0, 2.5)]   # decision times 1, 2, 2.5 at level 0
+    s = se.smallest_decision_step(t, curves, 0.0, n_boot=300)
+    assert s.value == pytest.approx(0.5, abs=0.02) and s.lo <= s.value <= s.hi and s.lo > 0.4
+
+
+def test_ve_windows_are_one_width_in_log_sigma():
+    ve = se.ve_windows([256, 4096])        # in σ the window widens like √d; in ln σ it keeps one width
+    assert ve.growth == pytest.approx(ve.sqrt_prediction, rel=0.05) and ve.log_width_spread < 0.01
 
 
 def test_load_digits():

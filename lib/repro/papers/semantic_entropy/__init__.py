@@ -63,7 +63,9 @@ from .experiment import (
     entropy_per_point,
     guidance_sweep,
     mmse_gap_check,
+    peak_delta,
     peak_times,
+    smallest_decision_step,
     speciation_vp,
     ve_windows,
 )
@@ -74,6 +76,7 @@ from .method import (
     Schedule,
     conditional_entropy_mc,
     crossing_time,
+    crossing_times,
     empirical_log_posterior,
     entropy,
     entropy_rate,
@@ -104,9 +107,9 @@ __all__ = [
     "CoarseFine", "ConditionalDenoiser", "DigitGroups", "Digits", "DigitsGuidance", "DigitsModel", "DigitsReference",
     "FourierTime", "GapCheck", "GaussianMixture", "GuidanceSweep", "NoisyClassifier", "Schedule", "Speciation", "VE",
     "VEWindows", "VP", "classifier_cross_entropy", "coarse_vs_fine", "conditional_entropy_mc", "crossing_time",
-    "digit_groups", "digits_guidance", "digits_model", "digits_reference", "empirical_log_posterior", "entropy",
-    "entropy_per_point", "entropy_rate", "entropy_two_class", "fwhm", "guidance_sweep", "guided_flow",
-    "guided_trajectories", "hierarchical_mixture", "load_digits", "mmse_gap_check", "mmse_gap_entropy", "peak_time",
-    "peak_times", "speciation_vp", "train_classifier", "train_denoiser", "two_class_mixture",
-    "two_class_snr_statistic", "ve_windows",
+    "crossing_times", "digit_groups", "digits_guidance", "digits_model", "digits_reference",
+    "empirical_log_posterior", "entropy", "entropy_per_point", "entropy_rate", "entropy_two_class", "fwhm",
+    "guidance_sweep", "guided_flow", "guided_trajectories", "hierarchical_mixture", "load_digits", "mmse_gap_check",
+    "mmse_gap_entropy", "peak_delta", "peak_time", "peak_times", "smallest_decision_step", "speciation_vp",
+    "train_classifier", "train_denoiser", "two_class_mixture", "two_class_snr_statistic", "ve_windows"
 ]

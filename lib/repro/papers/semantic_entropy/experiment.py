@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from ...common import stats
+from ...common.stats import Estimate
 from .method import (
     VE,
     VP,
@@ -22,6 +24,7 @@ from .method import (
     Tensor,
     _group,
     crossing_time,
+    crossing_times,
     empirical_log_posterior,
     entropy,
     entropy_rate,
@@ -80,13 +83,16 @@ def speciation_vp(dims: Sequence[int], class_widths: Sequence[float], points: in
 @dataclass
 class VEWindows:
     """VE (σ-time) entropy rates ``rates[d]`` on the noise grid ``sigma``, the FWHM in σ ``widths[d]``, its
-    ``growth`` from the smallest to the largest d and the ``√d`` ratio that predicts it."""
+    ``growth`` from the smallest to the largest d and the ``√d`` ratio that predicts it; ``log_widths[d]``, the FWHM
+    in ``ln σ`` of the rate per unit ``ln σ`` (``σ · dH/dσ``), and their spread ``log_width_spread`` (max/min − 1)."""
 
     sigma: Tensor
     rates: dict[int, Tensor]
     widths: dict[int, float]
     growth: float
     sqrt_prediction: float
+    log_widths: dict[int, float]
+    log_width_spread: float
 
 
 def ve_windows(dims: Sequence[int], points: int = 6000) -> VEWindows:
@@ -98,8 +104,10 @@ def ve_windows(dims: Sequence[int], points: int = 6000) -> VEWindows:
         H_ve = entropy_two_class(two_class_snr_statistic(sig, VE(), float(d), 1.0))
         rates[d] = entropy_rate(H_ve, sig)
         widths[d] = fwhm(sig, rates[d])
+    log_widths = {d: fwhm(sig.log(), rates[d] * sig) for d in dims}
     return VEWindows(sigma=sig, rates=rates, widths=widths, growth=widths[dims[-1]] / widths[dims[0]],
-                     sqrt_prediction=math.sqrt(dims[-1] / dims[0]))
+                     sqrt_prediction=math.sqrt(dims[-1] / dims[0]), log_widths=log_widths,
+                     log_width_spread=max(log_widths.values()) / min(log_widths.values()) - 1)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -138,7 +146,8 @@ def mmse_gap_check(d: int, n: int, points: int, levels: Sequence[float], generat
 @dataclass
 class CoarseFine:
     """Monte-Carlo entropies of the fine label, of a coarse partition and of the subclass given the group
-    (``H_within = H_fine − H_coarse``) on the time grid ``t`` (CPU), and the peak times of their rates."""
+    (``H_within = H_fine − H_coarse``) on the time grid ``t`` (CPU), the peak times of their rates, and ``delta``:
+    ``t_coarse − t_fine`` with its bootstrap interval over the samples (:func:`peak_delta`)."""
 
     t: Tensor
     H_fine: Tensor
@@ -147,6 +156,7 @@ class CoarseFine:
     t_fine: float
     t_coarse: float
     t_within: float
+    delta: Estimate
 
 
 def coarse_vs_fine(gmm: GaussianMixture, partition: Tensor, n: int, points: int,
@@ -160,27 +170,63 @@ def coarse_vs_fine(gmm: GaussianMixture, partition: Tensor, n: int, points: int,
     # one posterior per time serves both: the groups' log-probabilities are the classes' summed (what
     # conditional_entropy_mc with and without the partition computes, with the same noise draw, at half the cost)
     eps = torch.randn(xh.shape, generator=torch.Generator(device=dev).manual_seed(seed_h), dtype=dt, device=dev)
-    H_fine, H_coarse = torch.stack([
-        torch.stack([entropy(lp).mean(), entropy(_group(lp, partition)).mean()])
+    per_f, per_c = torch.stack([
+        torch.stack([entropy(lp), entropy(_group(lp, partition))])
         for lp in (gmm.log_posterior(VP().noise(xh, tt, eps), tt, VP()) for tt in th)]).cpu().unbind(1)
+    H_fine, H_coarse = per_f.mean(1), per_c.mean(1)
     H_within = H_fine - H_coarse  # H[Z | X_t, π(Z)], the subclass decision inside a superclass
     tc = th.cpu()
     return CoarseFine(t=tc, H_fine=H_fine, H_coarse=H_coarse, H_within=H_within,
                       t_fine=peak_time(tc, entropy_rate(H_fine, tc)),
                       t_coarse=peak_time(tc, entropy_rate(H_coarse, tc)),
-                      t_within=peak_time(tc, entropy_rate(H_within, tc)))
+                      t_within=peak_time(tc, entropy_rate(H_within, tc)),
+                      delta=peak_delta(tc.numpy(), per_c.numpy(), per_f.numpy()))
+
+
+def peak_delta(t: np.ndarray, per_a: np.ndarray, per_b: np.ndarray, n_boot: int = stats.N_BOOT,
+               seed: int = stats.BOOT_SEED) -> Estimate:
+    """``t*(a) − t*(b)``, the difference of the rate-peak times of two mean entropy curves whose per-item values
+    are ``per_a``/``per_b`` (``(T, n)`` on the increasing grid ``t``), with its percentile bootstrap interval over
+    the items (resampled jointly: a resampled mean is a count-weighted mean)."""
+    n = per_a.shape[1]
+    w = stats.resample_counts(n, n_boot, seed) / n                              # (B, n)
+    value = float(_peaks(t, (per_a.mean(1),))[0] - _peaks(t, (per_b.mean(1),))[0])
+    reps = _peaks(t, w @ per_a.T) - _peaks(t, w @ per_b.T)
+    lo, hi = stats.percentile_interval(reps)
+    return Estimate(value, lo, hi, n, "bootstrap", stats.LEVEL)
+
+
+def _peaks(t: np.ndarray, curves: Any) -> np.ndarray:
+    return peak_times(t, np.gradient(np.asarray(curves, dtype=float), t, axis=1))
+
+
+def smallest_decision_step(t: np.ndarray, per_traj: Sequence[np.ndarray], level: float,
+                           n_boot: int = stats.N_BOOT, seed: int = stats.BOOT_SEED) -> Estimate:
+    """The smallest step of the decision time (:func:`crossing_times` of the mean entropy at ``level``) between
+    successive guidance weights, whose per-trajectory entropies are ``per_traj`` (one ``(T, n)`` array per weight,
+    ``t`` increasing, the same initial noise for every weight), with its bootstrap interval over trajectories
+    (resampled jointly across the weights)."""
+    arrs = [np.asarray(p, dtype=float) for p in per_traj]
+    n = arrs[0].shape[1]
+    w = stats.resample_counts(n, n_boot, seed) / n
+    point = np.stack([crossing_times(t, a.mean(1)[None], level)[0] for a in arrs])
+    reps = np.stack([crossing_times(t, w @ a.T, level) for a in arrs])       # (weights, B)
+    lo, hi = stats.percentile_interval(np.diff(reps, axis=0).min(0))
+    return Estimate(float(np.diff(point).min()), lo, hi, n, "bootstrap", stats.LEVEL)
 
 
 @dataclass
 class GuidanceSweep:
     """Mean unguided posterior entropy ``entropy[w]`` along guided trajectories on the decreasing time grid ``t``
     (CPU), the decision time ``decision[w]`` (where it falls to ``½ ln K``), and the number of consecutive weights
-    where the decision time decreases, ``order_violations``."""
+    where the decision time decreases, ``order_violations``; ``smallest_step``, the smallest step of the decision
+    time between successive weights with its bootstrap interval over trajectories (:func:`smallest_decision_step`)."""
 
     t: Tensor
     entropy: dict[float, Tensor]
     decision: dict[float, float]
     order_violations: int
+    smallest_step: Estimate
 
 
 def guidance_sweep(gmm: GaussianMixture, weights: Sequence[float], n: int, steps: int, seed: int) -> GuidanceSweep:
@@ -190,13 +236,17 @@ def guidance_sweep(gmm: GaussianMixture, weights: Sequence[float], n: int, steps
     tg = torch.linspace(4.0, 1e-3, steps, dtype=dt, device=dev)
     y_target = torch.zeros(n, dtype=torch.long, device=dev)
     half = 0.5 * math.log(gmm.means.shape[0])
-    guided, decision = {}, {}
+    guided, decision, per = {}, {}, []
     for w in weights:
-        _, Hw = guided_trajectories(gmm, y_target, w, tg, torch.Generator(device=dev).manual_seed(seed))
-        guided[w] = Hw.cpu()
+        _, Hw = guided_trajectories(gmm, y_target, w, tg, torch.Generator(device=dev).manual_seed(seed),
+                                    per_trajectory=True)
+        guided[w] = Hw.mean(1).cpu()
+        per.append(Hw.flip(0).cpu().double().numpy())
         decision[w] = crossing_time(tg.flip(0).cpu(), guided[w].flip(0), half)
     violations = int(sum(decision[b] < decision[a] for a, b in zip(weights, weights[1:], strict=False)))
-    return GuidanceSweep(t=tg.cpu(), entropy=guided, decision=decision, order_violations=violations)
+    step = smallest_decision_step(tg.flip(0).cpu().double().numpy(), per, half)
+    return GuidanceSweep(t=tg.cpu(), entropy=guided, decision=decision, order_violations=violations,
+                         smallest_step=step)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -260,7 +310,7 @@ class DigitsModel:
     """The trained denoiser's ``losses`` and MMSE-gap entropy ``H_model``, the noisy classifier's cross-entropy
     ``ce``, the largest ``|H_model − H_emp|`` in the window (``model_gap``), the ``spurious`` information below
     zero at higher SNR than the window, and ``bound_slack = min(ce − H_emp)``; ``model`` is the trained
-    denoiser."""
+    denoiser; ``untrained_gap``, the same ``model_gap`` of the network at its initialisation (C6's control)."""
 
     losses: list[float]
     H_model: Tensor
@@ -269,6 +319,7 @@ class DigitsModel:
     spurious: float
     bound_slack: float
     model: ConditionalDenoiser | None = None
+    untrained_gap: float = float("nan")
 
 
 def digits_model(data: Digits, ref: DigitsReference, generator: torch.Generator, seed: int, *,
@@ -281,11 +332,9 @@ def digits_model(data: Digits, ref: DigitsReference, generator: torch.Generator,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = ConditionalDenoiser(dim, k, width=denoiser_width).to(dev)
+        H_init = _gap_entropy(model, data, t32, ref.seed)
         losses = train_denoiser(model, data.X, data.y, VP(), denoiser_steps, generator=generator)
-        with torch.no_grad():
-            H_model = mmse_gap_entropy(lambda x, tt, lab: model.denoise(x, tt, VP(), lab), data.X, data.y, t32, VP(),
-                                       data.prior_entropy,
-                                       torch.Generator(device=dev).manual_seed(ref.seed)).cpu().double()
+        H_model = _gap_entropy(model, data, t32, ref.seed)
         clf = NoisyClassifier(dim, k).to(dev)
         train_classifier(clf, data.X, data.y, VP(), clf_steps, generator=generator)
     ce = classifier_cross_entropy(clf, data.X, data.y, t32, VP(), torch.Generator(device=dev).manual_seed(ref.seed))
@@ -295,7 +344,15 @@ def digits_model(data: Digits, ref: DigitsReference, generator: torch.Generator,
     return DigitsModel(losses=losses, H_model=H_model, ce=ce,
                        model_gap=float((H_model - ref.H_emp).abs()[ref.window].max()),
                        spurious=float(-H_model[high_snr].min()) if high_snr.any() else 0.0,
-                       bound_slack=float((ce.double() - ref.H_emp).min()), model=model)
+                       bound_slack=float((ce.double() - ref.H_emp).min()), model=model,
+                       untrained_gap=float((H_init - ref.H_emp).abs()[ref.window].max()))
+
+
+def _gap_entropy(model: ConditionalDenoiser, data: Digits, t: Tensor, seed: int) -> Tensor:
+    with torch.no_grad():
+        return mmse_gap_entropy(lambda x, tt, lab: model.denoise(x, tt, VP(), lab), data.X, data.y, t, VP(),
+                                data.prior_entropy, torch.Generator(device=data.X.device).manual_seed(seed)
+                                ).cpu().double()
 
 
 @dataclass
@@ -303,12 +360,13 @@ class DigitsGuidance:
     """Classifier-free guidance with the trained digits denoiser: along guided probability-flow trajectories (the
     decreasing time grid ``t``, on the CPU), the mean entropy of the exact empirical posterior ``entropy[w]``, the
     decision time ``decision[w]`` (where it falls to ``½ ln K``) and the number of consecutive weights where the
-    decision time decreases, ``order_violations``."""
+    decision time decreases, ``order_violations``; ``smallest_step`` as in :class:`GuidanceSweep`."""
 
     t: Tensor
     entropy: dict[float, Tensor]
     decision: dict[float, float]
     order_violations: int
+    smallest_step: Estimate
 
 
 def digits_guidance(model: ConditionalDenoiser, data: Digits, ref: DigitsReference, weights: Sequence[float],
@@ -330,19 +388,22 @@ def digits_guidance(model: ConditionalDenoiser, data: Digits, ref: DigitsReferen
 
     def observe(x: Tensor, t: Tensor) -> Tensor:
         return entropy(empirical_log_posterior(ref.X64, data.y, x.to(ref.X64.dtype), t.to(ref.X64.dtype), sched,
-                                               k)).mean()
+                                               k))
 
     half = 0.5 * math.log(k)
-    curves, decision = {}, {}
+    curves, decision, per = {}, {}, []
     with torch.no_grad():
         for w in weights:
             x = torch.randn(len(y), data.X.shape[1], generator=torch.Generator(device=dev).manual_seed(seed),
                             dtype=data.X.dtype, device=dev)
             _, H = guided_flow(score(y), score(None), x, w, t_grid, observe)
-            curves[w] = H.cpu().double()
+            per.append(H.flip(0).cpu().double().numpy())
+            curves[w] = H.mean(1).cpu().double()
             decision[w] = crossing_time(t_grid.flip(0).cpu().double(), curves[w].flip(0), half)
     violations = int(sum(decision[b] < decision[a] for a, b in zip(weights, weights[1:], strict=False)))
-    return DigitsGuidance(t=t_grid.cpu().double(), entropy=curves, decision=decision, order_violations=violations)
+    step = smallest_decision_step(t_grid.flip(0).cpu().double().numpy(), per, half)
+    return DigitsGuidance(t=t_grid.cpu().double(), entropy=curves, decision=decision, order_violations=violations,
+                          smallest_step=step)
 
 
 @dataclass
@@ -350,7 +411,9 @@ class DigitGroups:
     """Per digit the time at which its mean empirical entropy falls to ``½ ln 10`` (``decision``), the
     data-driven ``groups`` of the classes; on the fine time grid ``t`` the fine and coarse entropies
     ``H_fine``/``H_coarse``, the rate-peak times ``t_fine``/``t_coarse`` and the bootstrap (over the points) of
-    ``Δ = t_coarse − t_fine``: ``boot`` (all resamples) and its 95 % interval ``ci``."""
+    ``Δ = t_coarse − t_fine``: ``boot`` (all resamples) and its 95 % interval ``ci``; ``delta``, the same as an
+    :class:`Estimate`, and ``delta_random``, the same Δ for ``random_groups`` (the group labels permuted: groups of
+    the same sizes, made without the data), the control of C9."""
 
     decision: dict[int, float]
     groups: np.ndarray
@@ -361,6 +424,9 @@ class DigitGroups:
     t_fine: float
     boot: np.ndarray
     ci: tuple[float, float]
+    delta: Estimate
+    random_groups: np.ndarray
+    delta_random: Estimate
 
 
 def peak_times(t: np.ndarray, rates: np.ndarray) -> np.ndarray:
@@ -392,7 +458,8 @@ def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3, points: 
     decision = {c: crossing_time(tc, ref.per_emp[:, (data.y == c).cpu()].mean(1), half) for c in range(k)}
     means = torch.stack([data.X[data.y == c].mean(0) for c in range(k)]).cpu().numpy()
     groups = AgglomerativeClustering(n_clusters=n_groups).fit_predict(means)
-    part = torch.as_tensor(groups, device=data.X.device)
+    rand = np.random.default_rng([seed, 16]).permutation(groups)
+    part, part_r = (torch.as_tensor(g, device=data.X.device) for g in (groups, rand))
     # the fine grid: uniform in log-SNR over the window fixed before any training
     lam_w = torch.log(VP().snr(tc[ref.window].double()))
     lam = torch.linspace(float(lam_w.min()), float(lam_w.max()), points, dtype=torch.float64)
@@ -400,21 +467,21 @@ def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3, points: 
     X = ref.X64
     eps = torch.randn(X.shape, generator=torch.Generator(device=X.device).manual_seed(ref.seed), dtype=X.dtype,
                       device=X.device)
-    per_f, per_c = [], []
+    per_f, per_c, per_r = [], [], []
     for tt in tf.to(X.device, X.dtype):
         logp = empirical_log_posterior(X, data.y, VP().noise(X, tt, eps), tt, VP(), k)
         per_f.append(entropy(logp))
-        per_c.append(entropy(torch.stack([torch.logsumexp(logp[:, part == g], 1) for g in range(n_groups)], 1)))
-    pf, pc = torch.stack(per_f).cpu().numpy(), torch.stack(per_c).cpu().numpy()    # (T, n)
+        for out, pa in ((per_c, part), (per_r, part_r)):
+            out.append(entropy(torch.stack([torch.logsumexp(logp[:, pa == g], 1) for g in range(n_groups)], 1)))
+    pf, pc, pr = (torch.stack(x).cpu().numpy() for x in (per_f, per_c, per_r))    # (T, n)
     t_np = tf.numpy()
     H_fine, H_coarse = pf.mean(1), pc.mean(1)
     t_fine = peak_time(tf, entropy_rate(torch.as_tensor(H_fine), tf))
     t_coarse = peak_time(tf, entropy_rate(torch.as_tensor(H_coarse), tf))
     # bootstrap over the points: resampled means are count-weighted means
-    n = pf.shape[1]
-    w = stats.resample_counts(n, boot, seed) / n     # (B, n)
-    rate = [np.gradient(w @ p.T, t_np, axis=1) for p in (pc, pf)]
-    deltas = peak_times(t_np, rate[0]) - peak_times(t_np, rate[1])
+    w = stats.resample_counts(pf.shape[1], boot, seed) / pf.shape[1]     # (B, n)
+    deltas = _peaks(t_np, w @ pc.T) - _peaks(t_np, w @ pf.T)
     return DigitGroups(decision=decision, groups=groups, t=tf, H_fine=torch.as_tensor(H_fine),
                        H_coarse=torch.as_tensor(H_coarse), t_coarse=t_coarse, t_fine=t_fine, boot=deltas,
-                       ci=stats.percentile_interval(deltas, 0.95))
+                       ci=stats.percentile_interval(deltas, 0.95), delta=peak_delta(t_np, pc, pf, boot, seed),
+                       random_groups=rand, delta_random=peak_delta(t_np, pr, pf, boot, seed))

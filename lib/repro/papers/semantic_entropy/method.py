@@ -311,6 +311,20 @@ def crossing_time(t: Tensor, H: Tensor, level: float) -> float:
     return float(t[j] + (level - h[j]) * (t[j + 1] - t[j]) / (h[j + 1] - h[j]))
 
 
+def crossing_times(t: np.ndarray, H: np.ndarray, level: float) -> np.ndarray:
+    """:func:`crossing_time` for every row of ``H`` (shape ``(B, T)``, ``t`` increasing) at once; NaN for a row
+    that never falls to ``level``."""
+    t, h = np.asarray(t, dtype=float), np.asarray(H, dtype=float)
+    up = (h[:, :-1] < level) & (h[:, 1:] >= level)
+    has = up.any(1)
+    j = np.where(has, up.shape[1] - 1 - np.argmax(up[:, ::-1], 1), 0)
+    rows = np.arange(len(h))
+    h0, h1 = h[rows, j], h[rows, j + 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = t[j] + (level - h0) * (t[j + 1] - t[j]) / (h1 - h0)
+    return np.where(has, out, np.nan)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Classifier-free guidance
 
@@ -342,10 +356,11 @@ def guided_flow(score_cond: Callable[[Tensor, Tensor], Tensor], score_uncond: Ca
 
 
 def guided_trajectories(gmm: GaussianMixture, y: Tensor, w: float, t_grid: Tensor,
-                        generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+                        generator: torch.Generator | None = None, *,
+                        per_trajectory: bool = False) -> tuple[Tensor, Tensor]:
     """:func:`guided_flow` with the mixture's exact scores, from ``x_T ~ N(0, I)``. Returns the states
     ``(steps, n, d)`` and, along them, the entropy of the *unguided* posterior ``H[Y | x_t]`` averaged over
-    trajectories ``(steps,)``."""
+    trajectories ``(steps,)``, or per trajectory ``(steps, n)`` with ``per_trajectory``."""
     sched = VP()
     t_grid = torch.as_tensor(t_grid, dtype=gmm.means.dtype, device=gmm.means.device)
     if not (torch.diff(t_grid) < 0).all():
@@ -353,4 +368,8 @@ def guided_trajectories(gmm: GaussianMixture, y: Tensor, w: float, t_grid: Tenso
     x = torch.randn(len(y), gmm.means.shape[1], generator=generator, dtype=gmm.means.dtype,
                     device=gmm.means.device)
     return guided_flow(lambda x, t: gmm.score(x, t, sched, y), lambda x, t: gmm.score(x, t, sched), x, w, t_grid,
-                       lambda x, t: entropy(gmm.log_posterior(x, t, sched)).mean())
+                       lambda x, t: _mean_unless(entropy(gmm.log_posterior(x, t, sched)), per_trajectory))
+
+
+def _mean_unless(h: Tensor, keep: bool) -> Tensor:
+    return h if keep else h.mean()
