@@ -532,3 +532,72 @@ def test_mcmc_references_time_the_reference_runs(g):
     with pytest.raises(ValueError, match="unknown reference"):
         specs["gaussian_linear"]["reference"] = "mystery"
         refs.draw("gaussian_linear", 0, 1.0)
+
+
+# -- the claims' C2ST outcomes, β-blind control and bootstrap statistics ----------------------------------------
+
+def test_c2st_outcomes_are_the_cross_validated_predictions(g):
+    from sklearn.model_selection import KFold, cross_val_score
+    from sklearn.neural_network import MLPClassifier
+
+    a, b = torch.randn(500, 3, generator=g), 1.3 * torch.randn(500, 3, generator=g)
+    out = gbi.c2st_outcomes(a, b)
+    assert out.shape == (500, 2) and set(np.unique(out)) <= {0.0, 1.0}  # one row per draw pair
+    za, zb = gbi.metrics._pair(a, b)  # sklearn's own cross-validation of the same classifier: the same score
+    clf = MLPClassifier(activation="relu", hidden_layer_sizes=(30, 30), max_iter=10_000, random_state=1,
+                        early_stopping=True)
+    ref = np.mean(cross_val_score(clf, torch.cat([za, zb]).numpy(), np.r_[np.zeros(500), np.ones(500)],
+                                  cv=KFold(5, shuffle=True, random_state=1), scoring="accuracy"))
+    assert gbi.c2st(a, b) == ref == gbi.c2st_score(out) and out.mean() == pytest.approx(ref)  # equal folds
+    uneven = gbi.c2st_outcomes(a[:333], b)
+    assert uneven.shape == (833,) and gbi.c2st_score(uneven) == gbi.c2st(a[:333], b)
+
+
+def test_blind_control_is_the_beta_one_posterior_scored_like_the_flow(g):
+    task, trained, refs, specs = _exact_gaussian_setup(g)
+    outcomes = {}
+    acc, _ = gbi.accuracy_table(trained, refs, specs, outcomes)
+    floor, mcmc = gbi.baselines(refs, specs, outcomes)
+    assert sorted(outcomes) == sorted([("gaussian_linear", "synth", r.obs, r.beta) for r in acc.itertuples()]
+                                      + [("gaussian_linear", "mcmc", 0, 1.0)])
+    for r in acc.itertuples():  # the table's C2ST is the score of the kept outcomes
+        assert r.c2st == gbi.c2st_score(outcomes["gaussian_linear", "synth", r.obs, r.beta])
+    cases = [(0, 0.1), (0, 2.0), (1, 2.0)]
+    blind = gbi.controls.blind_draws(trained, refs, "gaussian_linear", cases, torch.Generator().manual_seed(5))
+    x = trained.obs["gaussian_linear"][0]
+    mean1, sd1 = task.analytic_power_posterior(x, 1.0)
+    assert torch.allclose(blind[0, 0.1].mean(0), mean1, atol=4 * float(sd1) / math.sqrt(500))  # β = 1, whatever β
+    assert not torch.equal(blind[0, 0.1], blind[0, 2.0])  # drawn afresh for every (x, β)
+    scored = gbi.controls.scores(refs, "gaussian_linear", blind)
+    assert all(o.shape == (500, 2) for o in scored.values())
+    sd01 = float(task.analytic_power_posterior(x, 0.1)[1])  # β = 0.1 is far from β = 1: the control fails there
+    assert gbi.controls.std_deviation([sd01])(*gbi.controls.as_numpy(blind, [(0, 0.1)])) > 0.15
+    assert gbi.c2st_score(scored[0, 0.1]) > max(acc.c2st)
+    with pytest.raises(ValueError, match="exact reference"):
+        specs["gaussian_linear"]["reference"] = "mcmc"
+        gbi.controls.blind_draws(trained, refs, "gaussian_linear", cases, g)
+
+
+def test_claim_statistics_on_known_draws(g):
+    c = gbi.controls
+    rng = np.random.default_rng(0)
+    assert c.max_accuracy(np.ones((4, 2)), np.zeros((4, 2))) == 1.0
+    assert c.max_accuracy_gap(np.full((4, 2), 0.5), np.ones((4, 2)), np.zeros((4, 2)), np.ones((4, 2))) == 0.5
+    with pytest.raises(ValueError):
+        c.max_accuracy_gap(np.ones((4, 2)))
+    d = [rng.normal(0, s, size=(200_000, 3)) for s in (1.0, 2.0)]
+    assert c.std_deviation([1.0, 1.0])(*d) == pytest.approx(1.0, abs=0.01)  # the second case is twice as wide
+    assert c.std_deviation([1.0, 2.0])(*d) < 0.01
+    spreads = [rng.normal(0, s, size=(200_000, 2)) for s in (1.0, 0.9, 0.5, 1.0, 1.1)]  # tr Cov ∝ s²
+    fall = c.smallest_fall([3, 2])(*spreads)
+    assert fall == pytest.approx(1 - 1.1**2, abs=0.01)  # the second observation's spread grew
+    assert c.smallest_fall([3])(*spreads[:3]) == pytest.approx(1 - 0.81, abs=0.01)
+    with pytest.raises(ValueError):
+        c.smallest_fall([1])
+    r = [rng.normal(0.1, s, size=50_000) for s in (0.01, 0.03)]
+    assert c.width_deviation([0.01, 0.01])(*r) == pytest.approx(2.0, abs=0.05)
+    count = c.failing_cases([0.01, 0.01], c2st_max=0.7, width_tol=0.15)
+    assert count(np.full((10, 2), 0.5), np.full((10, 2), 0.8), *r) == 1.0  # case 2 fails both ways, counted once
+    assert count(np.full((10, 2), 0.5), np.full((10, 2), 0.5), r[0], r[0]) == 0.0
+    with pytest.raises(ValueError):
+        count(r[0])

@@ -28,10 +28,12 @@ Quick start::
 * :mod:`repro.papers.gbi.reference`: emcee power posteriors per (x, β), with mode jumps along the task's
   symmetries (two moons' mirror-image crescents, SLCP's sign modes) so that the walkers mix between modes, and
   exact grid references in two dimensions.
-* :mod:`repro.papers.gbi.metrics`: C2ST (sbibm protocol) and unbiased MMD².
+* :mod:`repro.papers.gbi.metrics`: C2ST (sbibm protocol, with its per-draw outcomes) and unbiased MMD².
 * :mod:`repro.papers.gbi.experiment`: the notebook's harness (training every task and route, cached
   references, accuracy over β, noise floor and emcee baseline, crescent widths, ESS curves, amortization
   timing, the explorer's frames).
+* :mod:`repro.papers.gbi.controls`: the claims' β-blind control (the exact β = 1 posterior answered for every β)
+  and the statistics that the claims' bootstrap over the draws recomputes.
 
 Deliberate deviations: C2ST's classifier stops early (sbibm trains up to 10 000 epochs); two moons' radius is
 truncated to r > 0 (so its density is exact) and refuses β ≥ 2 (improper tempered joint); SLCP refuses
@@ -40,6 +42,7 @@ normalises the SNIS weights over the whole base set and resamples minibatches wi
 cheaper within-minibatch variant).
 """
 
+from . import controls
 from .experiment import (
     RADIUS_EDGES,
     ROUTE_LABELS,
@@ -56,7 +59,7 @@ from .experiment import (
     train_all,
     weighted_iqr,
 )
-from .metrics import c2st, mmd2
+from .metrics import c2st, c2st_outcomes, c2st_score, mmd2
 from .npe import (
     ROUTES,
     AmortizedPosterior,
@@ -90,5 +93,5 @@ __all__ = [
     "ROUTES", "SLCP", "TASKS", "AmortizedPosterior", "GaussianLinear", "GridPosterior", "Lorenz96Toy", "MCMCResult",
     "Task", "TrainResult", "TwoMoons", "as_beta", "c2st", "ess", "gaussian_ess_fraction", "lorenz96_rhs",
     "lorenz96_summaries", "lorenz96_trajectory", "make_flow", "make_task", "mcmc_power_posterior", "mmd2", "rk4_step",
-    "sample_log_uniform", "snis_weights", "train_tempered_npe",
+    "sample_log_uniform", "snis_weights", "train_tempered_npe", "c2st_outcomes", "c2st_score", "controls",
 ]

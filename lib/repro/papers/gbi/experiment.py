@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .metrics import c2st, mmd2
+from .metrics import c2st, c2st_outcomes, c2st_score, mmd2
 from .npe import TrainResult, ess, snis_weights, train_tempered_npe
 from .reference import GridPosterior, MCMCResult, mcmc_power_posterior
 from .tasks import Task, make_task
@@ -144,11 +144,14 @@ class References:
         return np.histogram(r.numpy(), bins=edges, weights=p.numpy(), density=True)[0]
 
 
-def accuracy_table(trained: Trained, refs: References, specs: Mapping[str, Mapping[str, Any]]
+def accuracy_table(trained: Trained, refs: References, specs: Mapping[str, Mapping[str, Any]],
+                   outcomes: dict[tuple[str, str, int, float], np.ndarray] | None = None
                    ) -> tuple[pd.DataFrame, dict[tuple[str, str, int, float], Tensor]]:
     """Every (task, route, observation, β in the route's range): ``refs.n`` draws of q_φ(· | x, β), timed,
     scored against as many reference draws by C2ST and MMD², with tr Cov_q and, for an analytic reference,
-    the per-dimension ratio std(q) / std(exact) (column ``std_ratio``). Returns the table and the draws."""
+    the per-dimension ratio std(q) / std(exact) (column ``std_ratio``). Returns the table and the draws; with
+    ``outcomes`` (a dict) it also keeps each C2ST's per-draw-pair outcomes (:func:`c2st_outcomes`) under the
+    draws' key, for a bootstrap over the draws."""
     rows, samples = [], {}
     for (name, route), fitted in trained.fits.items():
         spec, task = specs[name], trained.tasks[name]
@@ -158,8 +161,11 @@ def accuracy_table(trained: Trained, refs: References, specs: Mapping[str, Mappi
             for beta in [b for b in spec["betas"] if lo <= b <= hi]:
                 q, seconds = _timed(task.device, fitted.posterior.sample, x, beta, refs.n)
                 ref = refs.draw(name, i, beta)
-                row = dict(task=name, route=route, obs=i, beta=beta, c2st=c2st(ref, q), mmd2=mmd2(ref, q),
+                right = c2st_outcomes(ref, q)
+                row = dict(task=name, route=route, obs=i, beta=beta, c2st=c2st_score(right), mmd2=mmd2(ref, q),
                            seconds=seconds, trace=float(q.var(0).sum()))
+                if outcomes is not None:
+                    outcomes[name, route, i, beta] = right
                 if spec["reference"] == "analytic":
                     row["std_ratio"] = (q.std(0) / task.analytic_power_posterior(x, beta)[1]).cpu().numpy()
                 rows.append(row)
@@ -167,10 +173,13 @@ def accuracy_table(trained: Trained, refs: References, specs: Mapping[str, Mappi
     return pd.DataFrame(rows), samples
 
 
-def baselines(refs: References, specs: Mapping[str, Mapping[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def baselines(refs: References, specs: Mapping[str, Mapping[str, Any]],
+              outcomes: dict[tuple[str, str, int, float], np.ndarray] | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per task: the noise floor (reference against an independent reference draw: first observation, every
     other β) and one emcee run per (x_i, β) for the first ``mcmc_obs`` observations and ``mcmc_betas`` (seed
-    i), scored against the same reference as the flow, with its acceptance fraction."""
+    i), scored against the same reference as the flow, with its acceptance fraction. With ``outcomes`` (a dict)
+    it keeps each emcee run's C2ST outcomes under ``(task, "mcmc", i, β)``."""
     floor_rows, mcmc_rows = [], []
     for name, spec in specs.items():
         for beta in spec["betas"][::2]:
@@ -180,7 +189,10 @@ def baselines(refs: References, specs: Mapping[str, Mapping[str, Any]]) -> tuple
             for beta in spec["mcmc_betas"]:
                 run = refs.mcmc(name, i, beta, seed=i)
                 ref = refs.draw(name, i, beta)
-                mcmc_rows.append(dict(task=name, obs=i, beta=beta, c2st=c2st(ref, run.samples),
+                right = c2st_outcomes(ref, run.samples)
+                if outcomes is not None:
+                    outcomes[name, "mcmc", i, beta] = right
+                mcmc_rows.append(dict(task=name, obs=i, beta=beta, c2st=c2st_score(right),
                                       mmd2=mmd2(ref, run.samples), acceptance=run.acceptance))
     return pd.DataFrame(floor_rows), pd.DataFrame(mcmc_rows)
 
