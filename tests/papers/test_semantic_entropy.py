@@ -305,6 +305,13 @@ def test_digits_references_models_and_groups_on_a_toy_set():
     assert a.losses == b.losses and torch.equal(a.H_model, b.H_model) and torch.equal(a.ce, b.ce)
     assert a.bound_slack == pytest.approx(float((a.ce.double() - ref.H_emp).min()))
     assert a.untrained_gap == b.untrained_gap and math.isfinite(a.untrained_gap)
+    fit = se.digits_gmm(data, ref, n=2000)
+    for c in range(4):                          # one Gaussian per class: its mean and (ridged) covariance
+        Xc = ref.X64[data.y == c].numpy()
+        assert fit.mixture.means[c].numpy() == pytest.approx(Xc.mean(0))
+        assert fit.mixture.covs[c].numpy() == pytest.approx(np.cov(Xc.T, bias=True) + 1e-3 * np.eye(Xc.shape[1]))
+    assert float(fit.H[0]) < 0.05 and abs(float(fit.H[-1]) - math.log(4)) < 0.05   # decided → the prior
+    assert 0 < fit.t_peak < float(ref.t[-1]) and math.isfinite(fit.t_speciation)
 
 
 def test_crossing_times_match_crossing_time_row_by_row_and_nan_without_a_crossing():

@@ -48,6 +48,7 @@ mixtures and the digits), :mod:`.experiment` (the notebook's harness).
 from .experiment import (
     CoarseFine,
     DigitGroups,
+    DigitsGMM,
     DigitsGuidance,
     DigitsModel,
     DigitsReference,
@@ -57,6 +58,7 @@ from .experiment import (
     VEWindows,
     coarse_vs_fine,
     digit_groups,
+    digits_gmm,
     digits_guidance,
     digits_model,
     digits_reference,
@@ -104,12 +106,13 @@ from .problems import (
 )
 
 __all__ = [
-    "CoarseFine", "ConditionalDenoiser", "DigitGroups", "Digits", "DigitsGuidance", "DigitsModel", "DigitsReference",
-    "FourierTime", "GapCheck", "GaussianMixture", "GuidanceSweep", "NoisyClassifier", "Schedule", "Speciation", "VE",
-    "VEWindows", "VP", "classifier_cross_entropy", "coarse_vs_fine", "conditional_entropy_mc", "crossing_time",
-    "crossing_times", "digit_groups", "digits_guidance", "digits_model", "digits_reference",
-    "empirical_log_posterior", "entropy", "entropy_per_point", "entropy_rate", "entropy_two_class", "fwhm",
-    "guidance_sweep", "guided_flow", "guided_trajectories", "hierarchical_mixture", "load_digits", "mmse_gap_check",
-    "mmse_gap_entropy", "peak_delta", "peak_time", "peak_times", "smallest_decision_step", "speciation_vp",
-    "train_classifier", "train_denoiser", "two_class_mixture", "two_class_snr_statistic", "ve_windows"
+    "CoarseFine", "ConditionalDenoiser", "DigitGroups", "Digits", "DigitsGMM", "DigitsGuidance", "DigitsModel",
+    "DigitsReference", "FourierTime", "GapCheck", "GaussianMixture", "GuidanceSweep", "NoisyClassifier", "Schedule",
+    "Speciation", "VE", "VEWindows", "VP", "classifier_cross_entropy", "coarse_vs_fine", "conditional_entropy_mc",
+    "crossing_time", "crossing_times", "digit_groups", "digits_gmm", "digits_guidance", "digits_model",
+    "digits_reference", "empirical_log_posterior", "entropy", "entropy_per_point", "entropy_rate",
+    "entropy_two_class", "fwhm", "guidance_sweep", "guided_flow", "guided_trajectories", "hierarchical_mixture",
+    "load_digits", "mmse_gap_check", "mmse_gap_entropy", "peak_delta", "peak_time", "peak_times",
+    "smallest_decision_step", "speciation_vp", "train_classifier", "train_denoiser", "two_class_mixture",
+    "two_class_snr_statistic", "ve_windows"
 ]
