@@ -188,12 +188,17 @@ def peak_delta(t: np.ndarray, per_a: np.ndarray, per_b: np.ndarray, n_boot: int 
     """``t*(a) − t*(b)``, the difference of the rate-peak times of two mean entropy curves whose per-item values
     are ``per_a``/``per_b`` (``(T, n)`` on the increasing grid ``t``), with its percentile bootstrap interval over
     the items (resampled jointly: a resampled mean is a count-weighted mean)."""
+    return _peak_delta(t, per_a, per_b, n_boot, seed)[0]
+
+
+def _peak_delta(t: np.ndarray, per_a: np.ndarray, per_b: np.ndarray, n_boot: int, seed: int
+                ) -> tuple[Estimate, np.ndarray]:
     n = per_a.shape[1]
     w = stats.resample_counts(n, n_boot, seed) / n                              # (B, n)
     value = float(_peaks(t, (per_a.mean(1),))[0] - _peaks(t, (per_b.mean(1),))[0])
     reps = _peaks(t, w @ per_a.T) - _peaks(t, w @ per_b.T)
     lo, hi = stats.percentile_interval(reps)
-    return Estimate(value, lo, hi, n, "bootstrap", stats.LEVEL)
+    return Estimate(value, lo, hi, n, "bootstrap", stats.LEVEL), reps
 
 
 def _peaks(t: np.ndarray, curves: Any) -> np.ndarray:
@@ -478,12 +483,10 @@ def digit_groups(data: Digits, ref: DigitsReference, n_groups: int = 3, points: 
     H_fine, H_coarse = pf.mean(1), pc.mean(1)
     t_fine = peak_time(tf, entropy_rate(torch.as_tensor(H_fine), tf))
     t_coarse = peak_time(tf, entropy_rate(torch.as_tensor(H_coarse), tf))
-    # bootstrap over the points: resampled means are count-weighted means
-    w = stats.resample_counts(pf.shape[1], boot, seed) / pf.shape[1]     # (B, n)
-    deltas = _peaks(t_np, w @ pc.T) - _peaks(t_np, w @ pf.T)
+    delta, deltas = _peak_delta(t_np, pc, pf, boot, seed)       # bootstrap over the points
     return DigitGroups(decision=decision, groups=groups, t=tf, H_fine=torch.as_tensor(H_fine),
                        H_coarse=torch.as_tensor(H_coarse), t_coarse=t_coarse, t_fine=t_fine, boot=deltas,
-                       ci=stats.percentile_interval(deltas, 0.95), delta=peak_delta(t_np, pc, pf, boot, seed),
+                       ci=(delta.lo, delta.hi), delta=delta,
                        random_groups=rand, delta_random=peak_delta(t_np, pr, pf, boot, seed))
 
 
