@@ -152,6 +152,39 @@ def test_sequential_thresholds_reduce_to_vanilla_decoding():
     assert torch.equal(seq_c.tokens, van_c.tokens) and torch.equal(seq_c.timeline, van_c.timeline)
 
 
+def reference_fixed_count(model, prompt_row, gen_len, block, k, mask_id):
+    """LLaDA with k tokens per forward written out for one prompt: per block, while masked positions remain, one
+    forward and the k most confident masked positions of the block (ties: the first), one Python loop."""
+    x = torch.cat([prompt_row, torch.full((gen_len,), mask_id, dtype=prompt_row.dtype)])
+    p, order, forwards = len(prompt_row), [0] * gen_len, 0
+    for lo in range(0, gen_len, block):
+        hi = min(lo + block, gen_len)
+        while any(int(x[p + j]) == mask_id for j in range(lo, hi)):
+            forwards += 1
+            logits = model(x[None].clone())[0, p + lo: p + hi].detach().double()
+            logits[:, mask_id] = -torch.inf  # the mask token is never predicted
+            probs = torch.softmax(logits, -1)
+            masked = [j for j in range(hi - lo) if int(x[p + lo + j]) == mask_id]
+            for j in sorted(masked, key=lambda j: (-float(probs[j].max()), j))[:k]:
+                x[p + lo + j] = int(probs[j].argmax())
+                order[lo + j] = forwards
+    return x[p:], order, forwards
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_fixed_count_decoder_against_a_written_out_loop(k):
+    prompt, _ = problems(TASK, 4)
+    model = random_denoiser(TASK)
+    out = D.decode_vanilla(model, prompt, TASK.answer_len, 4, mask_id=TASK.mask_id, per_forward=k)
+    for i in range(len(prompt)):
+        tokens, order, forwards = reference_fixed_count(model, prompt[i], TASK.answer_len, 4, k, TASK.mask_id)
+        assert torch.equal(out.tokens[i], tokens) and out.timeline[i].tolist() == order
+        assert int(out.nfe[i]) == forwards == sum(-(-min(4, TASK.answer_len - lo) // k)
+                                                  for lo in range(0, TASK.answer_len, 4))
+    with pytest.raises(ValueError, match="per_forward"):
+        D.decode_vanilla(model, prompt, TASK.answer_len, 4, mask_id=TASK.mask_id, per_forward=0)
+
+
 def test_multiblock_invariants_and_overlapping_blocks():
     prompt, _ = problems(TASK, 8)
     model = random_denoiser(TASK)
@@ -534,6 +567,43 @@ def test_bootstrap_gain_of_a_model_against_itself_is_zero_and_seeded():
         D.bootstrap_gain(teacher, student, n_boot=0)
 
 
+def test_tpf_at_accuracy_worked_by_hand():
+    pts = [(1.0, 100.0), (2.0, 98.0), (2.5, 90.0), (3.0, 60.0)]
+    assert D.tpf_at_accuracy(pts, 94.0)[0] == pytest.approx(2.25)   # halfway from 98 to 90
+    assert D.tpf_at_accuracy(pts, 98.0)[0] == pytest.approx(2.0)    # at or above counts
+    assert D.tpf_at_accuracy(pts, 50.0)[0] == 3.0                   # never falls below: the last point
+    assert np.isnan(D.tpf_at_accuracy(pts, 100.5)[0])               # the first point is already below
+    rising_again = [(1.0, 100.0), (2.0, 80.0), (3.0, 99.0)]          # the first fall counts
+    assert D.tpf_at_accuracy(rising_again, 90.0)[0] == pytest.approx(1.5)
+    per_draw = D.tpf_at_accuracy([(np.array([1.0, 1.0]), np.array([100.0, 100.0])),
+                                  (np.array([2.0, 3.0]), np.array([90.0, 96.0]))], np.array([95.0, 95.0]))
+    assert per_draw == pytest.approx([1.5, 3.0])
+
+
+def test_matched_tpf_against_the_curves_and_against_itself():
+    ev = D.EvalSet.sample(TASK_EOS, 40, 0, block=4, thresholds=[0.5, 1.5, 2.5], conf_thresholds=[],
+                          fixed_counts=[2, 3])
+    teacher, student = (D.curves(noisy_oracle(TASK_EOS, 3.0, z), ev) for z in (2.0, 1.8))
+    g = TASK_EOS.answer_len  # LLaDA with 2 and 3 tokens per forward: ceil(block / k) forwards a block, no early stop
+    want = [g / sum(-(-min(4, g - lo) // k) for lo in range(0, g, 4)) for k in (2, 3)]
+    assert [r for r, _ in student.fixed] == pytest.approx(want)
+    m = D.matched_tpf(teacher, student, n_boot=100, seed=1)
+    cut = teacher.vanilla[0][1] - D.AUP_CUT
+    assert m.cut == cut
+    assert m.student.value == pytest.approx(D.tpf_at_accuracy(student.vanilla + student.entropy, cut)[0])
+    assert m.fixed.value == pytest.approx(D.tpf_at_accuracy(student.vanilla + student.fixed, cut)[0])
+    assert m.over_fixed.value == pytest.approx(m.student.value / m.fixed.value)
+    assert m.student.lo <= m.student.value <= m.student.hi and m.student.n == 40
+    same = D.matched_tpf(teacher, teacher, n_boot=50, ablation=teacher)
+    assert (same.over_teacher.value, same.over_teacher.lo, same.over_teacher.hi) == (1.0, 1.0, 1.0)
+    assert same.over_ablation == same.over_teacher and m.ablation is None
+    gain = D.bootstrap_gain(teacher, student, n_boot=100, seed=1)
+    aups = D.resampled_aups(teacher, student, np.ones((1, 40)))
+    assert aups["teacher / entropy"][0] == pytest.approx(D.aup_table(teacher, student)[0]["teacher / entropy"])
+    assert len(gain.teacher_draws) == 100 and gain.estimate(40).value == gain.point
+    assert gain.teacher.value == pytest.approx(aups["teacher / entropy"][0]) and gain.teacher.n == 40
+
+
 def test_aup_table_against_the_written_out_formula():
     teacher = D.Curves(vanilla=[(1.0, 90.0)], entropy=[(2.0, 89.0), (3.0, 80.0)], confidence=[(1.5, 90.0)])
     student = D.Curves(vanilla=[(1.0, 92.0)], entropy=[(2.5, 91.0)], confidence=[(2.0, 88.0)])
@@ -550,7 +620,7 @@ def test_aup_table_against_the_written_out_formula():
 def test_kv_sweep_matches_the_decoders_one_prompt_at_a_time():
     model = random_denoiser(TASK_EOS)
     ev = D.EvalSet.sample(TASK_EOS, 5, 1, block=4, thresholds=[1.2], conf_thresholds=[])
-    rows = D.kv_sweep(model, ev, 3, 1.2, settings={"no cache": (0, 1), "delay 0, no refresh": (0, 10**9)})
+    rows, per = D.kv_sweep(model, ev, 3, 1.2, settings={"no cache": (0, 1), "delay 0, no refresh": (0, 10**9)})
     kw = dict(mask_id=TASK_EOS.mask_id, eos_id=TASK_EOS.eos_id, early_stop=True, block_add_threshold=0.1,
               decoded_token_threshold=0.95)
     ref = [D.decode_multiblock(model, ev.prompt[i:i + 1], TASK_EOS.answer_len, 4, 1.2, **kw) for i in range(3)]
@@ -560,6 +630,10 @@ def test_kv_sweep_matches_the_decoders_one_prompt_at_a_time():
     assert base["acc"] == 100.0 * float(TASK_EOS.correct(tokens, ev.answer[:3]).double().mean())
     assert base["positions"] == pytest.approx(sum(float(r.positions) for r in ref) / 3)
     assert rows["delay 0, no refresh"]["positions"] < base["positions"] and base["ms"] > 0
+    for name, row in rows.items():  # the per-problem values behind each mean
+        assert 100.0 * per[name]["correct"].mean() == pytest.approx(row["acc"])
+        assert per[name]["positions"].mean() == pytest.approx(row["positions"])
+        assert len(per[name]["correct"]) == 3
 
 
 def tiny_recipe(**kw) -> D.Recipe:
@@ -582,4 +656,10 @@ def test_teacher_and_distillation_are_seeded_and_leave_the_teacher_alone():
     traj = D.decode_vanilla(teacher, prompt, task.answer_len, recipe.block, mask_id=task.mask_id)
     assert 0.0 < ok == float(task.correct(traj.tokens, answer).double().mean())
     assert len(hist) == recipe.student_steps
+    # the random-masking ablation: the same prompts and steps, other masks, so another student
+    rand, hist_r, ok_r = D.distill(teacher, task, recipe, 0, order="random")
+    assert ok_r == ok and len(hist_r) == len(hist) and hist_r != hist
+    assert D.distill(teacher, task, recipe, 0, order="random")[1] == hist_r  # seeded
+    with pytest.raises(ValueError, match="order"):
+        D.distill(teacher, task, recipe, 0, order="reversed")
 

@@ -202,6 +202,14 @@ def percentile_interval(replicates: Any, level: float = LEVEL) -> tuple[float, f
     return float(lo), float(hi)
 
 
+def from_replicates(value: float, replicates: Any, n: int, level: float = LEVEL) -> Estimate:
+    """A bootstrap :class:`Estimate`: ``value`` on the original items and the ``level`` percentile interval of
+    its ``replicates`` (one per resample of the ``n`` items), for statistics resampled outside :func:`bootstrap`
+    (e.g. through :func:`resample_counts`)."""
+    lo, hi = percentile_interval(replicates, level)
+    return Estimate(float(value), lo, hi, n, "bootstrap", level)
+
+
 Statistic = Callable[..., float]
 
 

@@ -45,6 +45,7 @@ Deliberate deviations from the paper and its code:
 """
 
 from .experiment import (
+    AUP_CUT,
     CURVE_KINDS,
     ENTROPY_DECODING,
     FAST_DLLM,
@@ -52,6 +53,7 @@ from .experiment import (
     Curves,
     EvalSet,
     Gain,
+    MatchedTPF,
     Recipe,
     accuracy,
     aup_table,
@@ -59,9 +61,13 @@ from .experiment import (
     curves,
     distill,
     kv_sweep,
+    matched_tpf,
     new_model,
+    resampled_aups,
     resampled_gains,
+    resampled_points,
     seed_gain,
+    tpf_at_accuracy,
     train_pair,
     train_teacher,
 )
@@ -89,10 +95,11 @@ from .method import (
 from .problems import ChainTask
 
 __all__ = [
-    "CURVE_KINDS", "ENTROPY_DECODING", "FAST_DLLM", "KV_SETTINGS", "RULES", "ChainTask", "Curves", "Decoded",
-    "Denoiser", "EvalSet", "Gain", "Recipe", "accuracy", "aup", "aup_table", "aup_weight", "bootstrap_gain",
-    "curriculum_block_size", "curves", "d3llm_loss", "decode_multiblock", "decode_multiblock_kvcache",
-    "decode_vanilla", "diffusion_loss", "distill", "kv_sweep", "new_model", "pseudo_trajectory_mask",
-    "random_answer_mask", "resampled_gains", "seed_gain", "token_entropy", "train_autoregressive", "train_d3llm",
-    "train_diffusion", "train_pair", "train_teacher", "transfer_rule", "wide",
+    "AUP_CUT", "CURVE_KINDS", "ENTROPY_DECODING", "FAST_DLLM", "KV_SETTINGS", "RULES", "ChainTask", "Curves",
+    "Decoded", "Denoiser", "EvalSet", "Gain", "MatchedTPF", "Recipe", "accuracy", "aup", "aup_table", "aup_weight",
+    "bootstrap_gain", "curriculum_block_size", "curves", "d3llm_loss", "decode_multiblock",
+    "decode_multiblock_kvcache", "decode_vanilla", "diffusion_loss", "distill", "kv_sweep", "matched_tpf",
+    "new_model", "pseudo_trajectory_mask", "random_answer_mask", "resampled_aups", "resampled_gains",
+    "resampled_points", "seed_gain", "token_entropy", "train_autoregressive", "train_d3llm", "train_diffusion",
+    "train_pair", "train_teacher", "tpf_at_accuracy", "transfer_rule", "wide",
 ]

@@ -219,25 +219,34 @@ def _check_prompt(prompt: Tensor, gen_len: int, block_size: int, mask_id: int) -
 
 @torch.no_grad()
 def decode_vanilla(model_fn: ModelFn, prompt: Tensor, gen_len: int, block_size: int, *, mask_id: int,
-                   rank: str = "confidence") -> Decoded:
-    """LLaDA's baseline: one token per forward, blocks left to right, inside the current block the masked
-    position with the highest confidence (``rank="entropy"``: the lowest entropy) is decoded greedily."""
+                   rank: str = "confidence", per_forward: int = 1) -> Decoded:
+    """LLaDA's baseline: blocks left to right; each forward decodes greedily the ``per_forward`` masked positions
+    of the current block with the highest confidence (``rank="entropy"``: the lowest entropy), fewer where fewer
+    are left in the block. ``per_forward=1`` is one token per forward; more is LLaDA run with fewer steps than
+    tokens, the fixed-count parallel decoder (``ceil(block / per_forward)`` forwards per block, whatever the
+    model's uncertainty)."""
     _check_prompt(prompt, gen_len, block_size, mask_id)
+    if per_forward < 1:
+        raise ValueError(f"per_forward must be >= 1, got {per_forward}")
     b, p = prompt.shape
     x = torch.cat([prompt, torch.full((b, gen_len), mask_id, dtype=prompt.dtype, device=prompt.device)], 1)
     timeline = torch.zeros(b, gen_len, dtype=torch.long, device=prompt.device)
     rows = torch.arange(b, device=prompt.device)
-    for step in range(gen_len):
-        lo = (step // block_size) * block_size
+    step = 0
+    for lo in range(0, gen_len, block_size):
         hi = min(lo + block_size, gen_len)
-        logits = model_fn(x)[:, p + lo: p + hi]
-        tokens, score = _scores(logits, "entropy" if rank == "entropy" else "confidence", mask_id)
-        score = torch.where(x[:, p + lo: p + hi] == mask_id, score, torch.inf)
-        j = score.argmin(-1)
-        x[rows, p + lo + j] = tokens[rows, j]
-        timeline[rows, lo + j] = step + 1
-    full = torch.full((b,), gen_len, dtype=torch.long, device=prompt.device)
-    return Decoded(x[:, p:], full, timeline, torch.zeros_like(timeline, dtype=torch.bool), full * (p + gen_len))
+        for left in range(hi - lo, 0, -per_forward):
+            step += 1
+            logits = model_fn(x)[:, p + lo: p + hi]
+            tokens, score = _scores(logits, "entropy" if rank == "entropy" else "confidence", mask_id)
+            score = torch.where(x[:, p + lo: p + hi] == mask_id, score, torch.inf)
+            for _ in range(min(per_forward, left)):  # the best-ranked first (the first index among ties)
+                j = score.argmin(-1)
+                x[rows, p + lo + j] = tokens[rows, j]
+                timeline[rows, lo + j] = step
+                score[rows, j] = torch.inf
+    nfe = torch.full((b,), step, dtype=torch.long, device=prompt.device)
+    return Decoded(x[:, p:], nfe, timeline, torch.zeros_like(timeline, dtype=torch.bool), nfe * (p + gen_len))
 
 
 class _Blocks:

@@ -197,8 +197,7 @@ def _peak_delta(t: np.ndarray, per_a: np.ndarray, per_b: np.ndarray, n_boot: int
     w = stats.resample_counts(n, n_boot, seed) / n                              # (B, n)
     value = float(_peaks(t, (per_a.mean(1),))[0] - _peaks(t, (per_b.mean(1),))[0])
     reps = _peaks(t, w @ per_a.T) - _peaks(t, w @ per_b.T)
-    lo, hi = stats.percentile_interval(reps)
-    return Estimate(value, lo, hi, n, "bootstrap", stats.LEVEL), reps
+    return stats.from_replicates(value, reps, n), reps
 
 
 def _peaks(t: np.ndarray, curves: Any) -> np.ndarray:
@@ -216,8 +215,7 @@ def smallest_decision_step(t: np.ndarray, per_traj: Sequence[np.ndarray], level:
     w = stats.resample_counts(n, n_boot, seed) / n
     point = np.stack([crossing_times(t, a.mean(1)[None], level)[0] for a in arrs])
     reps = np.stack([crossing_times(t, w @ a.T, level) for a in arrs])       # (weights, B)
-    lo, hi = stats.percentile_interval(np.diff(reps, axis=0).min(0))
-    return Estimate(float(np.diff(point).min()), lo, hi, n, "bootstrap", stats.LEVEL)
+    return stats.from_replicates(float(np.diff(point).min()), np.diff(reps, axis=0).min(0), n)
 
 
 @dataclass
