@@ -36,6 +36,7 @@ def models(cloud) -> dict[str, object]:
     tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)), DEPTH)
     return {"pace": M.PACEModel(d=16, layers=1, heads=2, window=W).eval(),
             "coupled": M.CoupledCausalModel(d=16, layers=1, heads=2, window=W).eval(),
+            "two-group": M.TwoGroupModel(d=16, layers=1, heads=2, window=W).eval(),
             "mlp": M.AncestorMLP(d=16, hidden=32).eval(),
             "table": M.CountTable().fit(O.octree_contexts(tree))}
 
@@ -73,7 +74,7 @@ def test_constriction_round_trip_on_random_tables():
 
 @pytest.mark.parametrize("kind,mode", [("pace", "fp"), ("pace", "2s"), ("pace", "4s"), ("pace", "8s"),
                                        ("pace", "16s"), ("pace", "ar"), ("coupled", "ar"), ("coupled", "ar-kv"),
-                                       ("mlp", "fp"), ("table", "fp")])
+                                       ("two-group", "2g"), ("mlp", "fp"), ("table", "fp")])
 def test_round_trip_is_bit_exact(cloud, models, kind, mode):
     model = models[kind]
     enc = C.encode_detailed(cloud, model, DEPTH, mode)

@@ -151,6 +151,18 @@ def test_single_stage_control_trains_with_one_stage_count(corpus):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values(), strict=True))
 
 
+def test_two_group_baseline_trains_like_its_reference_and_runs_its_backbone_twice(corpus):
+    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, mlp_steps=2)
+    model, loss = P.train_two_group(corpus, recipe, 0)
+    assert isinstance(model, P.TwoGroupModel) and len(loss) == 3 and not model.training
+    torch.manual_seed(0)
+    ref = P.TwoGroupModel(d=16, layers=1, heads=2, window=W)
+    P.train(ref, corpus.data, steps=3, batch=4, lr=recipe.lr, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values(), strict=True))
+    got = P.backbone_calls(corpus.test_tree, DEPTH - 1, 2, W, {"two groups": (model, "2g")})
+    assert got == {"two groups": 2}  # one pass per group over the slice's windows (one chunk)
+
+
 def test_backbone_calls_counts_the_real_decoder(corpus, models):
     """PACE runs its backbone once for the slice (every window in one chunk); the coupled model once per position
     of a window, re-running or cached: W calls for a slice of full windows."""

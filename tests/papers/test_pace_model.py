@@ -149,6 +149,51 @@ def test_sessions_give_the_same_pmfs_as_teacher_forcing():
         assert seen.all()
 
 
+def small_two_group() -> M.TwoGroupModel:
+    torch.manual_seed(0)
+    return M.TwoGroupModel(d=16, layers=1, heads=2, window=W).double().eval()
+
+
+def test_two_group_model_sees_group_1_only_in_its_second_pass():
+    """EHEM-like grouping: a group-1 node (even phase) sees no symbol of its window; a group-2 node sees every
+    group-1 symbol and no group-2 symbol (its own included)."""
+    model = small_two_group()
+    tokens, xyz, valid, sym = random_windows()
+    base = model(tokens, xyz, valid, sym)
+    group2 = torch.arange(W) % 2 == 1
+    other = sym.clone()
+    other[:, group2] = (other[:, group2] + 7) % 255  # group-2 symbols change: no output may move
+    assert torch.allclose(model(tokens, xyz, valid, other), base, atol=1e-12)
+    other = sym.clone()
+    other[:, ~group2] = (other[:, ~group2] + 7) % 255  # group-1 symbols change: group 1 stays, group 2 moves
+    out = model(tokens, xyz, valid, other)
+    assert torch.allclose(out[:, ~group2], base[:, ~group2], atol=1e-12)
+    assert not torch.allclose(out[:, group2], base[:, group2])
+    with pytest.raises(ValueError, match="two-group"):
+        model.session(np.zeros((4, 7), dtype=np.int64), np.zeros((4, 3), dtype=np.float32), "ar")
+
+
+def test_two_group_sessions_give_the_teacher_forced_pmfs_in_two_steps():
+    model = small_two_group()
+    rng = np.random.default_rng(1)
+    m = 2 * W + 5
+    tokens = np.stack([rng.integers(0, 255, m), rng.integers(0, 255, m), rng.integers(0, 255, m),
+                       rng.integers(0, 8, m), rng.integers(0, 8, m), rng.integers(0, 8, m), np.full(m, 5)], 1)
+    xyz = rng.uniform(-1, 1, (m, 3)).astype(np.float32)
+    sym = rng.integers(0, 255, m)
+    tw, xw = M.to_windows(torch.as_tensor(tokens), W), M.to_windows(torch.as_tensor(xyz).double(), W)
+    vw = M.to_windows(torch.ones(m, dtype=torch.bool), W, False)
+    ref = torch.softmax(model(tw, xw, vw, M.to_windows(torch.as_tensor(sym), W, O.PAD_SYMBOL)).detach(), -1)
+    ref = ref.reshape(-1, 255)[:m].numpy()
+    session = model.session(tokens, xyz, "2g")
+    assert len(session.steps) == 2 and np.array_equal(np.sort(np.concatenate(session.steps)), np.arange(m))
+    known = np.full(m, O.PAD_SYMBOL)
+    for j, idx in enumerate(session.steps):
+        assert np.array_equal(idx % W % 2, np.full(len(idx), j))
+        assert np.allclose(session.pmf(j, known), ref[idx], atol=1e-8)
+        known[idx] = sym[idx]
+
+
 def test_modes_and_count_table():
     assert M.parse_mode("fp", 256) == 1 and M.parse_mode("8s", 256) == 8 and M.parse_mode("ar", 256) == 0
     for bad in ("", "0s", "300s", "xs", "AR"):

@@ -47,7 +47,7 @@ from .octree import (
 
 MAGIC = b"PACE"
 VERSION = 1
-KINDS = {"pace": 1, "coupled": 2, "mlp": 3, "table": 4}
+KINDS = {"pace": 1, "coupled": 2, "mlp": 3, "table": 4, "two-group": 5}
 PRECISION = 16
 TOTAL = 1 << PRECISION
 MAX_SYMBOLS = 1 << 26

@@ -20,7 +20,17 @@ import torch
 
 from . import codec, metrics
 from .lidar import make_scans
-from .model import AncestorMLP, CountTable, CoupledCausalModel, PACEModel, WindowData, pooled_rate, train, window_bits
+from .model import (
+    AncestorMLP,
+    CountTable,
+    CoupledCausalModel,
+    PACEModel,
+    TwoGroupModel,
+    WindowData,
+    pooled_rate,
+    train,
+    window_bits,
+)
 from .octree import Grid, Octree, build_octree, dequantize, level_context, morton_decode, octree_contexts, quantize
 
 Codecs = Mapping[str, tuple[Any, str]]  # name -> (model, mode)
@@ -99,6 +109,17 @@ def train_single_stage(corpus: Corpus, recipe: Recipe, seed: int, k: int = 1,
     loss = train(model, corpus.data.to(device), steps=recipe.steps, ks=[k], batch=recipe.batch, lr=recipe.lr,
                  seed=seed)
     return model, loss
+
+
+def train_two_group(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu"
+                    ) -> tuple[TwoGroupModel, list[float]]:
+    """The EHEM-like two-group baseline (:class:`~repro.papers.pace.model.TwoGroupModel`) of the recipe's size and
+    PACE's step count, initialised from torch's generator at ``seed``: the lineage's step before PACE, whose
+    backbone runs twice per window."""
+    torch.manual_seed(seed)
+    model = TwoGroupModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+    loss = train(model, corpus.data.to(device), steps=recipe.steps, batch=recipe.batch, lr=recipe.lr, seed=seed)
+    return model.eval(), loss
 
 
 def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu") -> Models:

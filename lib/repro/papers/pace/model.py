@@ -20,6 +20,8 @@ occupancy symbols. The nodes of one octree level are cut into windows of ``W`` c
   transformer blocks, but causal, and the previous symbol enters the backbone itself; autoregressive decoding
   must re-run the backbone for every node (``cache=False``, as OctAttention does) or keep a KV cache
   (``cache=True``, shown for honesty).
+* :class:`TwoGroupModel`: the EHEM-style grouped context, the same non-causal backbone run twice per window
+  (group 2 given group 1's symbols), the lineage's step before PACE.
 * :class:`AncestorMLP`: OctSqueeze-style MLP on the ancestors' context only (fully parallel).
 * :class:`CountTable`: no network; empirical symbol counts per (parent symbol, octant) context (G-PCC-lite).
 
@@ -380,6 +382,56 @@ class CoupledCausalModel(_Learned):
         return (AR, "ar-kv")
 
 
+class TwoGroupModel(_Learned):
+    """EHEM-style grouped context (the step of the lineage before PACE): the nodes of a window are split into two
+    groups by phase, ``(i mod W) mod 2``; the same non-causal backbone as :class:`PACEModel` (embedding,
+    convolution, unmasked blocks) runs once for group 1 on the contexts alone, and once more for group 2 with group
+    1's symbols embedded into its input. Two backbone passes per window, where PACE runs one and moves the
+    remaining causality into its light predictor. Mode ``"2g"``."""
+
+    kind = "two-group"
+
+    def __init__(self, d: int = 64, layers: int = 2, heads: int = 4, window: int = 256, conv_kernel: int = 5,
+                 chunk: int = 64):
+        super().__init__()
+        self.window, self.chunk = window, chunk
+        self.config = dict(d=d, layers=layers, heads=heads, window=window, conv_kernel=conv_kernel)
+        self.embed = ContextEmbedding(d)
+        self.occ = nn.Embedding(256, d, padding_idx=PAD_SYMBOL)
+        self.conv = ConvBlock(d, conv_kernel, causal=False)
+        self.blocks = nn.ModuleList(Block(d, heads, 8 * d // 3) for _ in range(layers))
+        self.head = _head(d)
+
+    def run(self, tokens: Tensor, xyz: Tensor, valid: Tensor, known: Tensor) -> Tensor:
+        """Logits (B, W, 255) of one backbone pass; ``known`` (B, W) holds the symbols the pass may see (the pad
+        symbol, which embeds to 0, elsewhere). Evaluated in chunks of windows (same result per window)."""
+        outs = []
+        for s in range(0, tokens.shape[0], self.chunk):
+            t, x, v, o = (a[s:s + self.chunk] for a in (tokens, xyz, valid, known))
+            h = (self.embed(t, x) + self.occ(o)) * v[..., None]
+            h = self.conv(h) * v[..., None]
+            mask = None if bool(v.all()) else v[:, None, None, :]
+            for blk in self.blocks:
+                h = blk(h, mask=mask)
+            outs.append(self.head(h))
+        return torch.cat(outs)
+
+    def forward(self, tokens: Tensor, xyz: Tensor, valid: Tensor, sym: Tensor, k: int | None = None) -> Tensor:
+        """Teacher-forced logits: group 1 from the pass without symbols, group 2 from the pass given group 1."""
+        first = self.run(tokens, xyz, valid, stage_prev(sym, 2, 0))
+        second = self.run(tokens, xyz, valid, stage_prev(sym, 2, 1))
+        return torch.where((phases(sym.shape[1], 2, sym.device) == 1)[None, :, None], second, first)
+
+    def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
+        if mode not in self.modes:
+            raise ValueError(f"unknown mode {mode!r} for the two-group model; use one of {self.modes}")
+        return _TwoGroups(self, tokens, xyz)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return ("2g",)
+
+
 class AncestorMLP(_Learned):
     """OctSqueeze-style: an MLP on the node's own ancestor context, every node independent (fully parallel)."""
 
@@ -522,6 +574,19 @@ class _PaceAR(_Windowed):
         prev = torch.as_tensor(self.known_t, device=self.model.device)
         logits, self.h = self.model.predictor.step(self.feats[:, j], prev, self.h)
         return _pmf(logits[: len(self.steps[j])])
+
+
+class _TwoGroups(_Windowed):
+    @torch.no_grad()
+    def __init__(self, model: TwoGroupModel, tokens: np.ndarray, xyz: np.ndarray):
+        super().__init__(model, tokens, xyz)
+        flat = np.arange(self.m)
+        self.steps = [flat[(flat % self.w) % 2 == r] for r in range(2)]
+
+    @torch.no_grad()
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+        logits = self.model.run(self.tokens, self.xyz, self.valid, stage_prev(self.known_windows(known), 2, j))
+        return _pmf(logits.reshape(-1, logits.shape[-1])[torch.as_tensor(self.steps[j], device=logits.device)])
 
 
 class _CoupledAR(_Windowed):
