@@ -4,8 +4,10 @@ final size of the homogeneous SIR (Lambert W), closed-form infection and recover
 step, sb3-contrib's ``quantile_huber_loss``, scikit-learn's pinball loss, and gymnasium's environment checker.
 
 The engine-vs-EoN agreement here runs on a 300-node graph with margins of 4 standard errors (plus the tau-leap
-bias a prototype measured at dt = 0.1) to stay fast; the notebook runs the full-size check (1000 nodes, 1000 EoN
-runs, 2000 replicas) with the issue's tolerances.
+bias a prototype measured at dt = 0.1) to stay fast; the notebook runs the full-size check (1000 nodes, 1500 EoN
+runs, 4000 replicas per law) with the issue's tolerances on bootstrap intervals. The harness of the sim-to-real
+experiment (per-seed episode sets, the random-allocation null, the R² bootstrap sums) is checked against brute-force
+recomputations and scikit-learn.
 """
 
 from __future__ import annotations
@@ -331,6 +333,109 @@ def test_cem_finds_a_known_optimum():
                           generator=torch.Generator().manual_seed(0))
     assert torch.allclose(res.mean.float(), target.expand(3, 3), atol=0.03)
     assert (res.best_score <= 0).all() and len(res.history) == 25
+
+
+# ----------------------------------------------------------------------------------------------- harness
+def test_random_allocation_spends_the_same_doses_on_random_nodes():
+    # the null of hubs-only: the budget binds at the first decision, and the doses fall on the tiers in proportion
+    # to their susceptible nodes (a hypergeometric draw), where hubs-only puts all of them on the top tier
+    G = SP.make_graph("ba", 400, 6)
+    tiers = SP.degree_tiers(G, 4)
+    R, budget = 200, 40
+    eng = SP.RenewalSIR(G, 0.1, SP.Weibull(3.0, 5.0), tiers=tiers, budget=budget)
+    eng.reset(R, seed=2)
+    first = eng.step(SP.random_allocation(4), 1.0)
+    assert (first.doses == budget).all()
+    v = eng.tier_counts()[..., 3].double()  # [R, K] vaccinated per tier
+    share = v.sum(0) / v.sum()
+    sizes = SP.tier_sizes(tiers).double()
+    # 399 susceptible nodes per replica (one infected), 40 doses: the expected share of a tier is its size over N;
+    # 8000 doses in all, so each share is within 4 binomial standard errors of it
+    want = sizes / sizes.sum()
+    assert torch.all((share - want).abs() <= 4 * torch.sqrt(want * (1 - want) / v.sum()))
+    hubs = SP.RenewalSIR(G, 0.1, SP.Weibull(3.0, 5.0), tiers=tiers, budget=budget)
+    hubs.reset(R, seed=2)
+    assert (hubs.step(SP.hubs_only(4), 1.0).doses == budget).all()  # the same doses, at the same time
+
+
+def test_seed_policies_lay_out_the_fixed_rules_and_each_seeds_trained_policies():
+    trained = {"renewal": torch.rand(3, 4), "markov": torch.rand(3, 4)}
+    names, th = SP.seed_policies(trained, 4)
+    assert names == ["no control", "hubs only", "random allocation", "renewal-trained", "markov-trained"]
+    assert th.shape == (3, 5, 4)
+    assert torch.equal(th[:, 0], torch.zeros(3, 4)) and torch.equal(th[:, 2], torch.ones(3, 4))
+    assert torch.equal(th[:, 1], SP.hubs_only(4).expand(3, 4))
+    assert torch.equal(th[:, 3], trained["renewal"]) and torch.equal(th[:, 4], trained["markov"])
+    with pytest.raises(ValueError, match="one number of seeds"):
+        SP.seed_policies({"a": torch.rand(3, 4), "b": torch.rand(2, 4)}, 4)
+    with pytest.raises(ValueError, match="unknown fixed"):
+        SP.seed_policies(trained, 4, fixed=["vaccinate everyone"])
+
+
+def test_evaluate_seeds_gives_each_seed_its_own_common_episodes():
+    G = SP.make_graph("ba", 200, 3)
+    task = SP.ControlTask(tiers=4)
+    names, th = SP.seed_policies({"x": torch.rand(2, 4, generator=torch.Generator().manual_seed(1))}, 4)
+    ev = {sim: SP.evaluate_seeds(G, sim, th, names, task, episodes=12, seed=40) for sim in ("renewal", "markov")}
+    for s in range(2):  # the brute-force reference: seed s's policies evaluated on episode set 40 + s
+        ref = SP.policy_returns(G, "markov", th[s], task, episodes=12, seed=40 + s)
+        np.testing.assert_array_equal(ev["markov"].ret[s], ref["return"].numpy())
+    assert ev["renewal"].ret.shape == (2, 4, 12) and ev["renewal"].seeds == [40, 41]
+    # no control depends only on the episode's random numbers: the same in both seeds' rows only if the sets were
+    # shared, which they must not be
+    assert not np.array_equal(ev["renewal"].of("no control")[0], ev["renewal"].of("no control")[1])
+    np.testing.assert_allclose(ev["renewal"].per_seed("x-trained"), ev["renewal"].of("x-trained").mean(-1))
+    ode = SP.evaluate_seeds(G, "ode", th, names, task, episodes=12, seed=40)
+    assert ode.ret.shape == (2, 4, 1)  # deterministic: one column
+    np.testing.assert_array_equal(ode.ret[0, 0], ode.ret[1, 0])
+
+
+def test_real_graphs_are_the_networkx_social_graphs():
+    k, m = SP.real_graph("karate"), SP.real_graph("les_miserables")
+    assert (k.number_of_nodes(), k.number_of_edges()) == (34, 78)
+    assert (m.number_of_nodes(), m.number_of_edges()) == (77, 254)
+    assert sorted(m.nodes) == list(range(77)) and not any("weight" in d for _, _, d in m.edges(data=True))
+    deg = sorted((d for _, d in k.degree()), reverse=True)
+    assert deg[:2] == [17, 16]  # the instructor and the administrator, the club's two hubs
+    with pytest.raises(ValueError, match="unknown real graph"):
+        SP.real_graph("facebook")
+
+
+def test_agreement_is_the_difference_with_a_bootstrap_interval():
+    rng = np.random.default_rng(0)
+    a = np.where(rng.random(4000) < 0.25, 0.01, 0.8)  # P_ext 0.25, major size 0.8
+    b = np.where(rng.random(1500) < 0.30, 0.02, rng.uniform(0.7, 0.9, 1500))
+    est = SP.agreement(a, b, "p_ext")
+    assert est.value == pytest.approx((a < 0.05).mean() - (b < 0.05).mean())
+    se = math.sqrt(0.25 * 0.75 / 4000 + 0.3 * 0.7 / 1500)  # the normal approximation as an independent reference
+    assert est.hi - est.lo == pytest.approx(2 * 1.96 * se, rel=0.15) and est.lo < -0.05 < est.hi
+    major = SP.agreement(a, b, "major")
+    assert major.value == pytest.approx(0.8 - b[b >= 0.05].mean())
+    with pytest.raises(ValueError, match="unknown agreement"):
+        SP.agreement(a, b, "mean")
+
+
+def test_r2_of_sums_is_the_pooled_r2():
+    from sklearn.metrics import r2_score
+
+    rng = np.random.default_rng(1)
+    item = rng.integers(0, 30, 500)
+    y = rng.normal(size=500) + item * 0.1
+    pred = y + rng.normal(scale=0.5, size=500)
+    sums = [np.bincount(item, weights=w, minlength=30) for w in (np.ones(500), y, y * y, (y - pred) ** 2)]
+    assert SP.r2_of_sums(*sums) == pytest.approx(r2_score(y, pred), rel=1e-10)
+
+
+def test_hub_blindness_items_reproduce_its_scores():
+    G = SP.make_graph("ba", 300, 2)
+    out = SP.record_outbreaks(G, 0.15, SP.Weibull(3.0, 5.0), 120, seed=4)
+    hb = SP.hub_blindness(out, max_windows=3000)
+    for window in ("all", "early"):
+        for obs in ("global", "stratified"):
+            items = hb.items[window][obs]
+            assert len({len(x) for x in items}) == 1 and (items[0] >= 1).all()
+            assert SP.r2_of_sums(*items) == pytest.approx(hb.scores[f"r2_{obs}_{window}"], abs=1e-9)
+        assert len(hb.items[window]["global"][0]) <= 60  # only the held-out (odd) outbreaks
 
 
 # ----------------------------------------------------------------------------------------------- errors

@@ -37,7 +37,8 @@ Deliberate deviations:
 * Quick mode optimises constant per-tier intensities by CEM; the paper trains TQC (available in full mode through
   sb3-contrib on :class:`SpreadingControlEnv`).
 * The paper's social graphs (Facebook, Twitter, YouTube from SNAP) are not available offline: generated
-  Barabási–Albert and Holme–Kim graphs stand in.
+  Barabási–Albert and Holme–Kim graphs stand in, beside the small real social graphs networkx ships
+  (:func:`.experiment.real_graph`: Zachary's karate club, Les Misérables, ...).
 """
 
 from repro.papers import lazy_exports, require
@@ -54,16 +55,20 @@ from .observation import degree_tiers, global_observation, stratified_observatio
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "env": [
         "OBSERVERS", "SIMULATORS", "ControlTask", "SpreadingControlEnv", "crn_draws", "hubs_only", "make_simulator",
-        "policy_returns", "rollout",
+        "policy_returns", "random_allocation", "rollout",
     ],
     "experiment": [
-        "EON_METHODS", "GRAPH_FAMILIES", "Evaluation", "Outbreaks", "OutbreakStats", "beta_scan",
-        "early_outcome_auc", "engine_final_sizes", "eon_final_sizes", "evaluate", "hub_blindness", "import_eon",
-        "make_graph", "mean_field_curve", "outbreak_stats", "record_outbreaks", "train_cem", "train_sb3",
+        "AGREEMENT", "EON_METHODS", "FIXED_POLICIES", "GRAPH_FAMILIES", "REAL_GRAPHS", "Evaluation", "HubBlindness",
+        "Outbreaks", "OutbreakStats", "SeedEvaluation", "agreement", "beta_scan", "early_outcome_auc",
+        "engine_final_sizes", "eon_final_sizes", "evaluate", "evaluate_seeds", "extinct_share", "hub_blindness",
+        "import_eon", "major_mean", "make_graph", "mean_field_curve", "outbreak_stats", "r2_of_sums", "real_graph",
+        "record_outbreaks", "seed_policies", "train_cem", "train_sb3",
     ],
 })
 
 __all__ = [
+    "AGREEMENT", "agreement", "evaluate_seeds", "extinct_share", "FIXED_POLICIES", "HubBlindness", "major_mean",
+    "r2_of_sums", "random_allocation", "real_graph", "REAL_GRAPHS", "seed_policies", "SeedEvaluation",
     "beta_scan", "cem_optimize", "CEMResult", "ControlTask", "crn_draws", "csr_graph", "CSRGraph", "degree_tiers",
     "early_outcome_auc", "engine_final_sizes", "eon_final_sizes", "EON_METHODS", "evaluate", "Evaluation",
     "Exponential", "fit_return_quantiles", "Gamma", "global_observation", "GRAPH_FAMILIES", "hub_blindness",

@@ -187,3 +187,11 @@ def hubs_only(K: int) -> Tensor:
     th[-1] = 1.0
     return th
 
+
+def random_allocation(K: int) -> Tensor:
+    """The null of :func:`hubs_only`: full intensity in every tier. Whenever the budget is below the number of
+    susceptible nodes (10 % of N against a top tier of N/K nodes), it binds at the first decision, and the engine
+    keeps a uniformly random subset of the chosen nodes: the same doses at the same time as hubs-only, given to
+    nodes drawn without regard to their degree."""
+    return torch.ones(K)
+

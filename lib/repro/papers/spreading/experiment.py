@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
@@ -23,8 +24,10 @@ from .env import (
     ControlTask,
     SpreadingControlEnv,
     crn_draws,
+    hubs_only,
     make_simulator,
     policy_returns,
+    random_allocation,
     rollout,
 )
 from .hazards import Exponential, Law
@@ -33,6 +36,14 @@ from .observation import degree_tiers
 
 GRAPH_FAMILIES = ("ba", "hk")
 EON_METHODS = ("nonmarkov", "fast_sir", "gillespie")
+# Real social networks that ship inside networkx (offline): the paper's SNAP graphs (Facebook, Twitter, YouTube)
+# do not, so these small ones are the only real graphs a zero-shot transfer can be tested on here.
+REAL_GRAPHS = {
+    "karate": nx.karate_club_graph,  # Zachary's karate club: 34 members, 78 friendships
+    "les_miserables": nx.les_miserables_graph,  # co-appearance of the novel's 77 characters, 254 edges
+    "florentine": nx.florentine_families_graph,  # marriages among 15 Renaissance families
+    "davis": nx.davis_southern_women_graph,  # 18 women and the 14 events they attended (bipartite)
+}
 
 
 def make_graph(family: str, n: int, seed: int, *, m: int = 3, triangle_p: float = 0.3) -> nx.Graph:
@@ -44,6 +55,19 @@ def make_graph(family: str, n: int, seed: int, *, m: int = 3, triangle_p: float 
     if family == "hk":
         return nx.powerlaw_cluster_graph(n, m, triangle_p, seed=seed)
     raise ValueError(f"unknown graph family {family!r}; use one of {GRAPH_FAMILIES}")
+
+
+def real_graph(name: str) -> nx.Graph:
+    """One of :data:`REAL_GRAPHS` as a simple unweighted graph on nodes ``0 … N−1`` (labels in networkx's order;
+    edge weights such as Les Misérables' co-appearance counts are dropped: the engine spreads along edges)."""
+    if name not in REAL_GRAPHS:
+        raise ValueError(f"unknown real graph {name!r}; use one of {sorted(REAL_GRAPHS)}")
+    G = nx.Graph()
+    src = REAL_GRAPHS[name]()
+    G.add_nodes_from(range(src.number_of_nodes()))
+    index = {v: i for i, v in enumerate(src.nodes)}
+    G.add_edges_from((index[u], index[v]) for u, v in src.edges if u != v)
+    return G
 
 
 def import_eon():
@@ -82,6 +106,29 @@ def outbreak_stats(sizes: np.ndarray | Tensor, *, low: float = 0.05, high: float
                          major=float(maj.mean()) if len(maj) else float("nan"), se_major=stats.se(maj),
                          mean=float(x.mean()), mass_low=p, mass_mid=float(((x >= low) & (x <= high)).mean()),
                          mass_high=float((x > high).mean()))
+
+
+def extinct_share(sizes: np.ndarray, low: float = 0.05) -> float:
+    """The extinction probability: the share of final sizes below ``low``."""
+    return float((np.asarray(sizes) < low).mean())
+
+
+def major_mean(sizes: np.ndarray, low: float = 0.05) -> float:
+    """The mean final size of the major outbreaks (those of at least ``low``); NaN if there is none."""
+    x = np.asarray(sizes)
+    return float(x[x >= low].mean()) if (x >= low).any() else float("nan")
+
+
+AGREEMENT = {"p_ext": extinct_share, "major": major_mean}
+
+
+def agreement(ours: np.ndarray, reference: np.ndarray, what: str) -> stats.Estimate:
+    """Engine minus reference (EoN) in ``what`` (:data:`AGREEMENT`: extinction probability or mean major size),
+    with the percentile bootstrap interval over both sets of runs (:func:`repro.common.stats.bootstrap_compare`:
+    resampled independently when their lengths differ, as the notebook's do)."""
+    if what not in AGREEMENT:
+        raise ValueError(f"unknown agreement statistic {what!r}; use one of {sorted(AGREEMENT)}")
+    return stats.bootstrap_compare(np.asarray(ours, dtype=float), np.asarray(reference, dtype=float), AGREEMENT[what])
 
 
 def _transmission_delay(source, target, beta: float, rng: np.random.Generator) -> float:
@@ -195,13 +242,41 @@ def _features(out: Outbreaks) -> dict[str, Tensor]:
             "N": torch.tensor(N)}
 
 
+@dataclass
+class HubBlindness:
+    """Held-out incidence prediction from the global and the stratified observation (:func:`hub_blindness`).
+
+    ``scores``: ``r2_<observer>_<window>`` (held-out R²) and ``windows_<window>`` (how many windows qualified) for
+    the windows ``all`` and ``early``. ``items[window][observer]``: per held-out outbreak the sums ``(n, Σy, Σy²,
+    Σ(y − ŷ)²)`` over its test windows, from which :func:`r2_of_sums` recomputes the pooled R² of any resample of
+    the outbreaks (the bootstrap resamples outbreaks, not the correlated windows within one)."""
+
+    scores: dict[str, float]
+    items: dict[str, dict[str, tuple[np.ndarray, ...]]] = field(default_factory=dict)
+
+
+def r2_of_sums(n: np.ndarray, sy: np.ndarray, syy: np.ndarray, sse: np.ndarray) -> float:
+    """The coefficient of determination ``1 − SSE / SST`` of the windows pooled over items, from per-item sums:
+    ``SST = Σy² − (Σy)² / n`` (the same number as scikit-learn's ``r2_score`` on the pooled windows)."""
+    N, Sy, Syy, Sse = (float(np.sum(a)) for a in (n, sy, syy, sse))
+    sst = Syy - Sy * Sy / N
+    return 1.0 - Sse / sst if sst > 0 else float("nan")
+
+
+def _per_outbreak(rep: np.ndarray, y: np.ndarray, pred: np.ndarray) -> tuple[np.ndarray, ...]:
+    ids, inv = np.unique(rep, return_inverse=True)
+    sums = [np.bincount(inv, weights=w, minlength=len(ids)) for w in (np.ones_like(y), y, y * y, (y - pred) ** 2)]
+    return tuple(sums)
+
+
 def hub_blindness(out: Outbreaks, *, early: float = 0.1, alpha: float = 1e-4, max_windows: int = 8000,
-                  seed: int = 0) -> dict[str, float]:
+                  seed: int = 0) -> HubBlindness:
     """How well the next interval's incidence (new infections / N) is predicted from the global observation
     (pooled S, I, R fractions) and from the stratified one (per-tier fractions): held-out R² of a ridge
     regression on degree-2 polynomial features (scikit-learn), trained on even replicas and tested on odd ones
     (at most ``max_windows`` random windows each). ``early``: the same restricted to windows where fewer than
-    ``early`` of the nodes have been infected so far."""
+    ``early`` of the nodes have been infected so far. Returns the scores and, per held-out outbreak, the sums the
+    bootstrap of the R² needs (:class:`HubBlindness`)."""
     from sklearn.linear_model import Ridge
     from sklearn.metrics import r2_score
     from sklearn.pipeline import make_pipeline
@@ -215,20 +290,23 @@ def hub_blindness(out: Outbreaks, *, early: float = 0.1, alpha: float = 1e-4, ma
     T, R = incidence.shape
     is_train = (torch.arange(R) % 2 == 0)[None, :].expand(T, R)
     gen = torch.Generator().manual_seed(seed)
-    res: dict[str, float] = {}
+    res = HubBlindness(scores={})
     for window, mask in (("all", live), ("early", live & (attacked < early))):
         idx = {}
         for part, sel in (("train", mask & is_train), ("test", mask & ~is_train)):
             flat = torch.nonzero(sel.reshape(-1)).squeeze(1)
             idx[part] = flat[torch.randperm(len(flat), generator=gen)[:max_windows]]
         y = incidence.reshape(-1)
+        y_test, replica = y[idx["test"]].numpy(), (idx["test"] % R).numpy()  # window t*R + r belongs to outbreak r
+        res.items[window] = {}
         for name in ("global", "stratified"):
             X = f[name][:-1].reshape(T * R, -1)
             model = make_pipeline(PolynomialFeatures(2), Ridge(alpha=alpha))
             model.fit(X[idx["train"]].numpy(), y[idx["train"]].numpy())
             pred = model.predict(X[idx["test"]].numpy())
-            res[f"r2_{name}_{window}"] = float(r2_score(y[idx["test"]].numpy(), pred))
-        res[f"windows_{window}"] = int(mask.sum())
+            res.scores[f"r2_{name}_{window}"] = float(r2_score(y_test, pred))
+            res.items[window][name] = _per_outbreak(replica, y_test, pred)
+        res.scores[f"windows_{window}"] = int(mask.sum())
     return res
 
 
@@ -316,6 +394,67 @@ def evaluate(graph: nx.Graph, dynamics: str, thetas: Tensor, names: list[str], t
     out = policy_returns(graph, dynamics, thetas, task, episodes=episodes, seed=seed, device=device)
     return Evaluation(names=list(names), **{k: out[k].cpu().numpy() for k in ("attack", "doses", "hubs_kept")},
                       ret=out["return"].cpu().numpy())
+
+
+FIXED_POLICIES = ("no control", "hubs only", "random allocation")
+
+
+def seed_policies(trained: Mapping[str, Tensor], tiers: int, *, fixed: Sequence[str] = FIXED_POLICIES,
+                  ) -> tuple[list[str], Tensor]:
+    """The policies evaluated per training seed: the ``fixed`` rules (no control, :func:`~.env.hubs_only`,
+    :func:`~.env.random_allocation`) and, for each simulator, the policy trained in it with that seed (``trained``:
+    simulator name -> ``[S, K]`` CEM results). Returns the names (``"<simulator>-trained"``) and ``[S, P, K]``."""
+    rules = {"no control": torch.zeros(tiers), "hubs only": hubs_only(tiers),
+             "random allocation": random_allocation(tiers)}
+    unknown = sorted(set(fixed) - set(rules))
+    if unknown:
+        raise ValueError(f"unknown fixed policies {unknown}; use some of {FIXED_POLICIES}")
+    S = {int(t.shape[0]) for t in trained.values()}
+    if len(S) != 1 or any(t.ndim != 2 or t.shape[1] != tiers for t in trained.values()):
+        raise ValueError(f"trained policies must all be [seeds, {tiers}] with one number of seeds")
+    (n_seeds,) = S
+    cols = [rules[f].expand(n_seeds, tiers) for f in fixed] + [t.float().cpu() for t in trained.values()]
+    return [*fixed, *(f"{name}-trained" for name in trained)], torch.stack(cols, dim=1)
+
+
+@dataclass
+class SeedEvaluation:
+    """Per training seed ``s``, policy ``p`` and episode ``e`` (``[S, P, E]``): return, attack rate, doses and hub
+    retention of one simulator. Seed ``s``'s policies share the episodes of its own episode set (common random
+    numbers), and the sets of different seeds are independent, so a per-seed mean carries both the training and
+    the evaluation noise into the spread over seeds."""
+
+    names: list[str]
+    ret: np.ndarray
+    attack: np.ndarray
+    doses: np.ndarray
+    hubs_kept: np.ndarray
+    seeds: list[int]
+
+    def of(self, name: str, what: str = "ret") -> np.ndarray:
+        """``[S, E]``: policy ``name``'s ``what`` (ret, attack, doses, hubs_kept) in every seed's episodes."""
+        return getattr(self, what)[:, self.names.index(name)]
+
+    def per_seed(self, name: str, what: str = "ret") -> np.ndarray:
+        """``[S]``: the mean over each seed's episodes."""
+        return self.of(name, what).mean(-1)
+
+
+def evaluate_seeds(graph: nx.Graph, dynamics: str, thetas: Tensor, names: Sequence[str], task: ControlTask, *,
+                   episodes: int, seed: int, device: torch.device | str = "cpu") -> SeedEvaluation:
+    """Evaluate seed ``s``'s policies ``thetas[s]`` (``[S, P, K]``) on its own episode set, drawn from seed
+    ``seed + s`` (:func:`~.env.policy_returns`: common random numbers across the policies, and across simulators
+    evaluated with the same ``seed``). The ODE is deterministic: one column per policy."""
+    thetas = torch.as_tensor(thetas, dtype=torch.float32)
+    if thetas.ndim != 3 or thetas.shape[1] != len(names):
+        raise ValueError(f"thetas must be [seeds, {len(names)} policies, tiers], got {tuple(thetas.shape)}")
+    sim = make_simulator(graph, dynamics, task, device=device)
+    E = 1 if dynamics == "ode" else episodes
+    outs = [policy_returns(graph, dynamics, th.to(device), task, episodes=E, seed=seed + s, device=device, sim=sim)
+            for s, th in enumerate(thetas)]
+    arrays = {k: np.stack([o[k].cpu().numpy() for o in outs]) for k in ("return", "attack", "doses", "hubs_kept")}
+    return SeedEvaluation(names=list(names), ret=arrays["return"], attack=arrays["attack"], doses=arrays["doses"],
+                          hubs_kept=arrays["hubs_kept"], seeds=[seed + s for s in range(len(thetas))])
 
 
 def train_sb3(algo: str, graph: nx.Graph, task: ControlTask, *, dynamics: str = "renewal",
