@@ -282,3 +282,44 @@ def test_harness_matches_model_calls_and_scores_against_exact_q():
     assert all(np.isclose(gaps[i], reg[i, j]).any() for i in range(p.n_roots) for j in range(3))
     with pytest.raises(ValueError, match="unknown operator"):
         T.run_operator(p, "MCTS", 2, 0.1, 1)
+
+
+# ------------------------------------------------------------------------------------------------ evidence over roots
+def _run(op: str, depth: int, regret: np.ndarray, value: np.ndarray) -> T.OperatorRun:
+    z = np.zeros_like(regret)
+    return T.OperatorRun(op, depth, 0.1, regret, value, z + 0.5, z + 2.0, z, None, np.zeros((1, depth)), 8 * depth,
+                         0.0)
+
+
+def test_per_root_pooled_and_depth_gain_by_hand():
+    # two maze sets of two roots, three searches per root; every number below is worked by hand
+    reg = {("A", 0): [[0.0, 0.3, 0.0], [0.1, 0.1, 0.1]], ("A", 1): [[0.6, 0.0, 0.0], [0.0, 0.0, 0.3]]}
+    val = [[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]  # spreads: sd(1, 2, 3) = 1, sd(5, 5, 5) = 0
+    studies = []
+    for s in (0, 1):
+        shallow = _run("A", 4, np.array(reg[("A", s)]), np.array(val))
+        deep = _run("A", 32, np.array(reg[("A", s)]) / 3, np.array(val) * 2)
+        studies.append(T.DepthStudy(0.1, [4, 32], ["A"], {("A", 4): shallow, ("A", 32): deep}))
+    np.testing.assert_allclose(T.per_root(studies[0].runs[("A", 4)], "regret"), [0.1, 0.1])
+    np.testing.assert_allclose(T.per_root(studies[0].runs[("A", 4)], "spread"), [1.0, 0.0])
+    np.testing.assert_allclose(T.pooled(studies, "A", 4, "regret"), [0.1, 0.1, 0.2, 0.1])
+    np.testing.assert_allclose(T.pooled(studies, "A", 32, "spread"), [2.0, 0.0, 2.0, 0.0])
+    np.testing.assert_allclose(T.per_set(studies, "A", 4, "regret"), [0.1, 0.15])
+    np.testing.assert_allclose(T.depth_gain(studies, "A", 32, 4), [-0.2 / 3, -0.2 / 3, -0.4 / 3, -0.2 / 3])
+    assert T.ratio_of_means(np.array([2.0, 0.0]), np.array([1.0, 3.0])) == 0.5
+    np.testing.assert_allclose(T.z_score(np.array([1.0, 2.0, 3.0])), 2 * math.sqrt(3))  # mean 2, SE 1/sqrt(3)
+    with pytest.raises(ValueError, match="field"):
+        T.per_root(studies[0].runs[("A", 4)], "returns")
+    pairs = [(4, studies[0].runs[("A", 4)]), (4, _run("B", 5, np.zeros((2, 3)), np.zeros((2, 3))))]
+    assert T.distinct_call_counts(pairs) == 2 and T.distinct_call_counts(pairs[:1]) == 1
+
+
+def test_mc_control_is_smc_without_twist():
+    p = T.make_problem(4, n=6, seed=7, sigma_v=0.3, min_distance=4, dtype=torch.float64)
+    mc = T.run_operator(p, "MC", 6, 0.1, seeds=4, n_particles=8)
+    assert mc.model_calls == 8 * 6 and (mc.resamples == 0).all()
+    # the same searches as smc_search at tau = inf with the harness's generator: identical root values
+    roots = p.roots.repeat(4)
+    gen = T.experiment._generator(roots.device, 0, p.seed, "MC", 6, 0.1, 8, p.sigma_v)
+    ref = T.smc_search(p.suite.model, p.net, roots, 8, 6, tau=math.inf, generator=gen)
+    np.testing.assert_array_equal(mc.value, ref.value.reshape(4, -1).T.numpy())

@@ -30,6 +30,8 @@ summaries), so the searches are a **reconstruction** from the paper's text, labe
   schedule (``mctx``'s ``get_sequence_of_considered_visits``); each round's particles run the full depth, so
   every operator spends exactly ``N · K`` model calls per search.
 * :func:`gumbel_mcts_reference` — Gumbel MuZero through ``mctx`` (import-guarded), the "modern MCTS".
+* the controls of the harness (:data:`OPERATORS`): ``"SH-MC"`` (TSMCTS without twist, hence without resampling:
+  Sequential Halving over plain rollouts) and ``"MC"`` (SMC without twist: plain Monte Carlo rollouts).
 
 Deliberate choices, all stated in the notebook: halving is batched per round (mctx re-scores after every
 simulation; a particle round re-scores once); ``σ`` uses particle counts as visit counts with mctx's constants
@@ -43,21 +45,29 @@ Layout: :mod:`.method` (operators and Gumbel MuZero pieces, batched torch on any
 """
 
 from .experiment import (
+    FIELDS,
     OPERATORS,
     DepthStudy,
     OperatorRun,
     Problem,
+    depth_gain,
     depth_study,
+    distinct_call_counts,
     improved_fraction,
     improvement_z,
     make_problem,
     mctx_run,
     mean_regret,
+    per_root,
+    per_set,
+    pooled,
     prior_greedy_regret,
+    ratio_of_means,
     regret_se,
     run_operator,
     sh_bracket,
     value_spread,
+    z_score,
 )
 from .method import (
     C_SCALE,
@@ -88,10 +98,11 @@ from .problems import (
 from .reference import gumbel_mcts_reference, import_mctx
 
 __all__ = [
-    "C_SCALE", "C_VISIT", "OPERATORS", "DepthStudy", "Diagnostics", "Maze", "MazeSuite", "Network", "OperatorRun",
-    "Problem", "SearchResult", "TabularModel", "completed_q", "depth_study", "ess", "gumbel_mcts_reference",
-    "gumbel_top_k", "import_mctx", "improved_fraction", "improvement_z", "make_maze", "make_maze_suite",
-    "make_network", "make_problem", "mctx_run", "mean_regret", "prior_greedy_regret", "regret_se", "run_operator",
+    "C_SCALE", "C_VISIT", "FIELDS", "OPERATORS", "DepthStudy", "Diagnostics", "Maze", "MazeSuite", "Network",
+    "OperatorRun", "Problem", "SearchResult", "TabularModel", "completed_q", "depth_gain", "depth_study",
+    "distinct_call_counts", "ess", "gumbel_mcts_reference", "gumbel_top_k", "import_mctx", "improved_fraction",
+    "improvement_z", "make_maze", "make_maze_suite", "make_network", "make_problem", "mctx_run", "mean_regret",
+    "per_root", "per_set", "pooled", "prior_greedy_regret", "ratio_of_means", "regret_se", "run_operator",
     "score_considered", "sequential_halving_schedule", "sh_bracket", "sigma_transform", "smc_search", "smcts_search",
-    "systematic_resample", "tsmcts_search", "value_iteration", "value_spread",
+    "systematic_resample", "tsmcts_search", "value_iteration", "value_spread", "z_score",
 ]

@@ -5,6 +5,12 @@ imperfect network). :func:`run_operator` runs one operator at one depth for ever
 batched call and keeps per-(root, seed) arrays; :func:`depth_study` runs several operators over depths and
 **asserts that all of them used the same number of model calls per root** at each depth. The summary helpers
 turn runs into the numbers the notebook plots and claims.
+
+Evidence. The claims are decided over **roots**: :func:`per_root` reduces a run to one number per root (the mean
+over that root's independent searches, or the spread of its root value over them), :func:`pooled` concatenates
+the roots of several maze sets, and the notebook hands these per-root items to the book's bootstrap
+(:mod:`repro.common.stats` through :mod:`repro.evidence`). Ratios of means (:func:`ratio_of_means`) and
+differences of depths (:func:`depth_gain`) are paired by root.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from ...common import stats
 from .method import SearchResult, smc_search, smcts_search, tsmcts_search
 from .problems import MazeSuite, Network, make_maze_suite, make_network, value_iteration
 
-__all__ = ["OPERATORS", "DepthStudy", "OperatorRun", "Problem", "depth_study", "improved_fraction",
-           "improvement_z", "make_problem", "mctx_run", "mean_regret", "prior_greedy_regret", "regret_se",
-           "run_operator", "sh_bracket", "value_spread"]
+__all__ = ["FIELDS", "OPERATORS", "DepthStudy", "OperatorRun", "Problem", "depth_gain", "depth_study",
+           "distinct_call_counts", "improved_fraction", "improvement_z", "make_problem", "mctx_run", "mean_regret",
+           "per_root", "per_set", "pooled", "prior_greedy_regret", "ratio_of_means", "regret_se", "run_operator",
+           "sh_bracket", "value_spread", "z_score"]
 
 
 def _sh_mc(model, net, roots, n_particles, depth, tau=math.inf, **kw) -> SearchResult:  # noqa: ANN001
@@ -33,8 +40,15 @@ def _sh_mc(model, net, roots, n_particles, depth, tau=math.inf, **kw) -> SearchR
     return tsmcts_search(model, net, roots, n_particles, depth, tau=math.inf, **kw)
 
 
+def _mc(model, net, roots, n_particles, depth, tau=math.inf, **kw) -> SearchResult:  # noqa: ANN001
+    """Plain Monte Carlo: SMC with no twist, hence no resampling (``tau`` ignored); the control that tells what
+    the twist and resampling do to SMC's estimates."""
+    return smc_search(model, net, roots, n_particles, depth, tau=math.inf, **kw)
+
+
 OPERATORS: dict[str, Callable[..., SearchResult]] = {
-    "SMC": smc_search, "SMCTS": smcts_search, "TSMCTS": tsmcts_search, "SH-MC": _sh_mc}
+    "SMC": smc_search, "SMCTS": smcts_search, "TSMCTS": tsmcts_search, "SH-MC": _sh_mc, "MC": _mc}
+_NO_M = ("SMC", "MC")  # operators without considered root actions
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,7 @@ def run_operator(problem: Problem, op: str, depth: int, tau: float, seeds: int, 
         raise ValueError(f"unknown operator {op!r}; choose from {sorted(OPERATORS)}")
     roots = problem.roots.repeat(seeds)
     gen = _generator(roots.device, seed, problem.seed, op, depth, tau, n_particles, problem.sigma_v)
-    kw = {"m": m} if op != "SMC" else {}
+    kw = {"m": m} if op not in _NO_M else {}
     t0 = time.perf_counter()
     res = OPERATORS[op](problem.suite.model, problem.net, roots, n_particles, depth, tau=tau, generator=gen,
                         ess_threshold=ess_threshold, **kw)
@@ -219,14 +233,14 @@ def value_spread(run: OperatorRun) -> float:
 
 
 def improved_fraction(run: OperatorRun) -> float:
-    """Fraction of roots whose seed-mean ``E_π'Q* − E_πQ*`` is ``>= 0`` (to 1e-12)."""
+    """Fraction of roots whose seed-mean ``E_π'Q* − E_πQ*`` is ``>= 0`` (to 1e-12: a tie counts as improved)."""
     return float((run.improvement.mean(1) >= -1e-12).mean())
 
 
 def improvement_z(run: OperatorRun) -> tuple[float, float]:
     """Mean policy improvement ``E_π'Q* − E_πQ*`` over roots and seeds, and its standard error over roots."""
-    per_root = run.improvement.mean(1)
-    return float(per_root.mean()), stats.se(per_root)
+    items = run.improvement.mean(1)
+    return float(items.mean()), stats.se(items)
 
 
 def sh_bracket(n_particles: int, m: int) -> list[tuple[int, ...]]:
@@ -234,3 +248,55 @@ def sh_bracket(n_particles: int, m: int) -> list[tuple[int, ...]]:
     from .method import sequential_halving_schedule
 
     return sequential_halving_schedule(m, n_particles)
+
+
+# ------------------------------------------------------------------------------------------------ evidence over roots
+FIELDS = ("regret", "improvement", "ancestors", "resamples", "spread")
+
+
+def per_root(run: OperatorRun, field: str) -> np.ndarray:
+    """One number per root of ``run``: the mean over the root's searches of ``regret``, ``improvement``
+    (``E_π'Q* − E_πQ*``), ``ancestors`` or ``resamples``; or ``spread``, the standard deviation of the root value
+    over the root's searches. These are the items a bootstrap over roots resamples."""
+    if field not in FIELDS:
+        raise ValueError(f"per_root: field must be one of {FIELDS}, got {field!r}")
+    if field == "spread":
+        return np.asarray(stats.sd(run.value, axis=1), dtype=float)
+    return np.asarray(getattr(run, field), dtype=float).mean(1)
+
+
+def pooled(studies: Sequence[DepthStudy], op: str, depth: int, field: str) -> np.ndarray:
+    """:func:`per_root` of ``op`` at ``depth`` in every study (one per maze set), concatenated: the roots of all
+    maze sets as one sample, in the same order for every operator and depth (so that items pair by root)."""
+    return np.concatenate([per_root(st.runs[(op, depth)], field) for st in studies])
+
+
+def per_set(studies: Sequence[DepthStudy], op: str, depth: int, field: str) -> list[float]:
+    """The mean over roots of :func:`per_root`, one value per study (maze set), for the notes."""
+    return [float(per_root(st.runs[(op, depth)], field).mean()) for st in studies]
+
+
+def depth_gain(studies: Sequence[DepthStudy], op: str, deep: int, shallow: int) -> np.ndarray:
+    """Per root (pooled over the studies): ``op``'s regret at depth ``deep`` minus its regret at ``shallow``.
+    Negative: the deeper search, at ``N · deep`` model calls, chooses better actions."""
+    return pooled(studies, op, deep, "regret") - pooled(studies, op, shallow, "regret")
+
+
+def ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
+    """``mean(a) / mean(b)`` for items paired by root (the bootstrap statistic of a ratio of spreads)."""
+    return float(np.mean(a) / np.mean(b))
+
+
+def z_score(items: np.ndarray) -> float:
+    """The mean of per-root items over its standard error over roots (:func:`repro.common.stats.se`)."""
+    return float(np.mean(items) / stats.se(items))
+
+
+def distinct_call_counts(runs: Sequence[tuple[int, OperatorRun]]) -> int:
+    """The largest number of different model-call counts among runs of the same depth, given as ``(depth, run)``
+    pairs (a Gumbel MuZero run of ``N · K`` simulations paired with ``K``): 1 when every comparison is at matched
+    model calls."""
+    by_depth: dict[int, set[int]] = {}
+    for k, r in runs:
+        by_depth.setdefault(k, set()).add(r.model_calls)
+    return max(len(v) for v in by_depth.values())
