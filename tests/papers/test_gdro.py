@@ -1,6 +1,8 @@
 """repro.papers.gdro against independent references: scipy.optimize for the entropic-GDRO maximiser and the
 square-root allocation, brute-force enumeration for the arm-selection DP and pass@k, explicit loops for the GRPO
-advantages, and hand-built sequences for the EMA debiasing and the hysteresis of the difficulty bins."""
+advantages, hand-built sequences for the EMA debiasing and the hysteresis of the difficulty bins, and hand-worked
+cases for the sigma-variant (the two-bin square-root plan, the learning rule at pi = 1/2, exact sigma at a fixed pass
+rate) and the size-only control of Prompt-GDRO."""
 
 from __future__ import annotations
 
@@ -346,3 +348,103 @@ def test_grpo_loop_smoke_every_arm():
     assert runs["grpo"].evals[0] is runs["prompt"].evals[0] is setup.initial  # the shared step-0 evaluation
     assert np.isfinite(runs["prompt"].q[3:]).any() and np.isnan(runs["grpo"].q).all()
     assert np.isfinite(runs["rollout"].true_sigma[3:]).any()
+    shadows = runs["prompt"].shadow_mass
+    assert set(shadows) == {"unnormalised", G.SIZE_ONLY}
+    for m in shadows.values():
+        np.testing.assert_allclose(np.nansum(m[3:], 1), 1.0, rtol=1e-5)
+    assert G.hardest_bin_mass_ratio(runs["prompt"], G.SIZE_ONLY).shape == (3,)
+    assert G.per_seed([runs], "grpo", "pass1").tolist() == [runs["grpo"].final.overall["pass1"]]
+
+
+def test_size_only_shadow_upweights_the_rare_bin_whatever_its_loss():
+    # the size-only control: share-normalised Prompt-GDRO fed the batch's mean loss favours the rarer bin, the same
+    # controller fed the real losses (the rare bin is the easy one here) favours the hard bin less than that
+    size_only, real = G.PromptGDRO(2, norm_by_share=True), G.PromptGDRO(2, norm_by_share=True)
+    bins = torch.tensor([0] * 28 + [1] * 4)
+    loss = torch.cat([torch.full((28,), 0.6), torch.full((4,), 0.1)])
+    for _ in range(20):
+        size_only.update(bins, loss.mean().expand_as(loss))
+        real.update(bins, loss)
+    w_size, w_real = size_only.weights(bins), real.weights(bins)
+    assert float(w_size[-1]) > float(w_size[0])  # rarity alone upweights bin 1
+    assert float(w_real[-1] / w_real[0]) < float(w_size[-1] / w_size[0])
+
+
+# ------------------------------------------------------------------------------ the sigma-variant
+
+
+def test_pass_rate_pool_shares_and_validation():
+    pool = G.PassRatePool(n=20000, solved=0.6, unsolved=0.2, frontier=(0.1, 0.9))
+    pi = pool.sample(torch.Generator().manual_seed(0)).numpy()
+    assert abs((pi == 1).mean() - 0.6) < 0.02 and abs((pi == 0).mean() - 0.2) < 0.02
+    mid = pi[(pi > 0) & (pi < 1)]
+    assert mid.min() >= 0.1 and mid.max() <= 0.9 and abs(mid.mean() - 0.5) < 0.02
+    with pytest.raises(ValueError, match="sum"):
+        G.PassRatePool(solved=0.8, unsolved=0.3)
+    with pytest.raises(ValueError, match="frontier"):
+        G.PassRatePool(frontier=(0.6, 0.4))
+
+
+def test_neyman_plan_hand_worked_two_bins():
+    # 24 prompts with sigma 0 and 8 with sigma 0.5, budget 4 * 32 = 128: the variance-free bin drops to the lowest
+    # arm (2) and the other takes the rest, (128 - 48) / 8 = 10; WSE falls from 0.25 * 0.5 / 2 to 0.25 * 0.5 / sqrt(10)
+    counts = np.array([24, 8])
+    n = G.neyman_plan(counts, np.array([0.0, 0.5]), tuple(range(2, 13)), 4)
+    assert n.tolist() == [2, 10]
+    q = torch.tensor(counts / 32.0)
+    sig = torch.tensor([0.0, 0.5], dtype=torch.float64)
+    ratio = float(G.wse(q, sig, torch.tensor(n, dtype=torch.float64))) / \
+        float(G.wse(q, sig, torch.full((2,), 4.0, dtype=torch.float64)))
+    assert abs(ratio - 2 / math.sqrt(10)) < 1e-12
+    # equal sigma everywhere: the square-root rule is uniform
+    assert G.neyman_plan(np.array([5, 20, 7]), np.full(3, 0.3), tuple(range(2, 13)), 4).tolist() == [4, 4, 4]
+
+
+def test_allocation_stream_budget_and_warmup():
+    cfg = G.GRPOConfig(batch=8)
+    pool = G.PassRatePool(n=32, solved=0.25, unsolved=0.25)
+    log = G.allocation_stream(pool, cfg, seed=3, steps=40, kappa=0.2)
+    assert log.warmup == 4 and np.all(log.counts.sum(1) == 8)
+    np.testing.assert_array_equal((log.counts * log.n_bins).sum(1), 32)  # exact budget every step
+    np.testing.assert_array_equal(log.n_bins[:4][log.counts[:4] > 0], 4)  # uniform during the warm-up
+    assert np.isnan(log.true_sigma[:4]).all() and np.isfinite(log.true_sigma[4:]).any(axis=1).all()
+    assert log.pass_rate[-1] >= log.pass_rate[0]  # the frontier only rises
+    with pytest.raises(ValueError, match="warm-up"):
+        G.allocation_stream(pool, cfg, seed=0, steps=4)
+
+
+def test_allocation_stream_learning_rule_by_hand():
+    # a frontier-only pool at pi = 1/2: in the warm-up epoch every prompt is visited once with 4 rollouts, and a
+    # prompt moves to sigmoid(kappa) exactly when its group is mixed (probability 1 - 2 / 2^4 = 7/8)
+    cfg, kappa = G.GRPOConfig(batch=16), 0.3
+    pool = G.PassRatePool(n=256, solved=0.0, unsolved=0.0, frontier=(0.5, 0.5))
+    log = G.allocation_stream(pool, cfg, seed=5, steps=17, kappa=kappa)
+    raised = (log.pass_rate[16] - 0.5) * 256 / (1 / (1 + math.exp(-kappa)) - 0.5)
+    assert abs(raised - round(raised)) < 1e-6 and abs(raised / 256 - 7 / 8) < 0.08
+    # solved and unsolved prompts never move and have no variance: nothing to score against uniform
+    still = G.allocation_stream(G.PassRatePool(n=32, solved=0.5, unsolved=0.5), G.GRPOConfig(batch=8), 0, 12)
+    np.testing.assert_allclose(still.pass_rate, still.pass_rate[0])
+    assert G.wse_report(still, G.GRPOConfig().arms, 4).steps.size == 0
+
+
+def test_allocation_stream_exact_sigma_at_a_fixed_pass_rate():
+    # every prompt on the frontier at a fixed pi (kappa 0: no learning): the exact sigma of every bin present is
+    # sqrt(pi (1 - pi)), and WSE changes are computed against uniform on the same steps
+    cfg = G.GRPOConfig(batch=8)
+    pool = G.PassRatePool(n=16, solved=0.0, unsolved=0.0, frontier=(0.3, 0.3))
+    log = G.allocation_stream(pool, cfg, seed=1, steps=12, kappa=0.0)
+    live = log.counts[log.warmup:] > 0
+    np.testing.assert_allclose(log.true_sigma[log.warmup:][live], math.sqrt(0.3 * 0.7), rtol=1e-12)
+    assert np.isnan(log.true_sigma[log.warmup:][~live]).all()
+    np.testing.assert_allclose(log.pass_rate, 0.3)
+    rep = G.wse_report(log, cfg.arms, cfg.n_bar)
+    ch = rep.changes()
+    want = 100 * np.mean(rep.run / rep.uniform - 1)
+    assert ch["run"] == pytest.approx(want) and ch["oracle"] == pytest.approx(0.0, abs=1e-9)  # equal sigma: no gain
+
+
+def test_per_bin_mean_skips_empty_steps():
+    values = np.array([[2.0, np.nan, 5.0], [4.0, np.nan, 0.0]])
+    counts = np.array([[1, 0, 3], [2, 0, 0]])
+    out = G.per_bin_mean(values, counts)
+    assert out[0] == 3.0 and np.isnan(out[1]) and out[2] == 5.0

@@ -20,8 +20,9 @@ Quick start::
 
 Layout: :mod:`.method` (GRPO advantages, the online difficulty bins, the two adversaries, the arm-selection DP and
 the theory: entropic GDRO, the square-root allocation, its shadow-price form, the WSE), :mod:`.problems` (the
-heterogeneous modular-sum task with a chain-of-thought answer), :mod:`.experiment` (the tiny policy, SFT, the
-GRPO loop with either adversary, evaluation and diagnostics).
+heterogeneous modular-sum task with a chain-of-thought answer, and a pool of known pass rates), :mod:`.experiment`
+(the tiny policy, SFT, the GRPO loop with either adversary, evaluation and diagnostics, and Rollout-GDRO on the
+pool of known pass rates, where sigma differs across bins).
 
 Deliberate deviations from the paper and the repo (each also stated in the notebook):
 
@@ -39,12 +40,15 @@ Deliberate deviations from the paper and the repo (each also stated in the noteb
 from .experiment import (
     ARM_LABELS,
     ARMS,
+    SIZE_ONLY,
     ArmLog,
     Evaluation,
     Gap,
     GRPOConfig,
     Setup,
+    StreamLog,
     WSEReport,
+    allocation_stream,
     budget_stress,
     chain_logprobs,
     evaluate,
@@ -54,6 +58,8 @@ from .experiment import (
     make_policy,
     neyman_plan,
     pass_at_k,
+    per_bin_mean,
+    per_seed,
     post_warmup,
     prepare,
     run_arms,
@@ -74,12 +80,13 @@ from .method import (
     sqrt_allocation,
     wse,
 )
-from .problems import GROUPS, HEAVY_TAIL, ModSumTask, Prompts
+from .problems import GROUPS, HEAVY_TAIL, ModSumTask, PassRatePool, Prompts
 
 __all__ = [
     "ARMS", "ARM_LABELS", "ArmLog", "Evaluation", "GROUPS", "GRPOConfig", "Gap", "HEAVY_TAIL", "ModSumTask",
-    "OnlineDifficultyBins", "PromptGDRO", "Prompts", "RolloutGDRO", "Setup", "WSEReport", "allocate_arms",
-    "budget_stress", "chain_logprobs", "entropic_gdro", "evaluate", "gaps", "grpo_advantages", "hardest_bin_mass_ratio",
-    "lead_lag", "make_policy", "neyman_plan", "pass_at_k", "post_warmup", "prepare", "run_arms", "sample_chains", "sft",
-    "shadow_price_allocation", "sqrt_allocation", "summarize", "train_arm", "wse", "wse_report",
+    "OnlineDifficultyBins", "PassRatePool", "PromptGDRO", "Prompts", "RolloutGDRO", "SIZE_ONLY", "Setup", "StreamLog",
+    "WSEReport", "allocate_arms", "allocation_stream", "budget_stress", "chain_logprobs", "entropic_gdro", "evaluate",
+    "gaps", "grpo_advantages", "hardest_bin_mass_ratio", "lead_lag", "make_policy", "neyman_plan", "pass_at_k",
+    "per_bin_mean", "per_seed", "post_warmup", "prepare", "run_arms", "sample_chains", "sft", "shadow_price_allocation",
+    "sqrt_allocation", "summarize", "train_arm", "wse", "wse_report",
 ]

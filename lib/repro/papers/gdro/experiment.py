@@ -13,6 +13,8 @@ Paper: Panaganti et al., arXiv 2601.19280 (ICML 2026). Notebook: ``notebooks/15-
   the batch, rolls out, runs the controllers and returns the GRPO loss. A warm-up epoch of plain GRPO gives every
   pool prompt a history before the controllers act (the repo would put unseen prompts in the hardest bin).
 * :func:`evaluate`: pass@1 and unbiased pass@k (Chen et al. 2021) on fresh prompts, per ``K`` and per group.
+* :func:`allocation_stream`: Rollout-GDRO on a :class:`.problems.PassRatePool` (known pass rates, no policy), the
+  sigma-variant where the square-root rule can gain; :func:`wse_report` scores either kind of run against uniform.
 
 Random streams: ``data`` (CPU generator: pool, batch order, eval prompts), ``roll`` (a generator on the device:
 rollouts, evaluation samples); every arm starts from the same SFT weights and the same streams, so arms see the same
@@ -42,11 +44,12 @@ from .method import (
     shadow_price_allocation,
     wse,
 )
-from .problems import GROUPS, ModSumTask, Prompts
+from .problems import GROUPS, ModSumTask, PassRatePool, Prompts
 
 Tensor = torch.Tensor
 ARMS = ("grpo", "prompt", "rollout")
 ARM_LABELS = {"grpo": "GRPO", "prompt": "Prompt-GDRO", "rollout": "Rollout-GDRO"}
+SIZE_ONLY = "size only"  # the shadow Prompt-GDRO fed the batch's mean loss: it sees bin sizes, not difficulty
 
 
 # ----------------------------------------------------------------------------------------- the policy
@@ -202,7 +205,7 @@ class ArmLog:
     mu: np.ndarray  # (S,) dual price before the step's choice
     q: np.ndarray  # (S, B) Prompt-GDRO's q over the bins present (NaN for other arms)
     mass: np.ndarray  # (S, B) share of the advantage-weight mass per bin
-    shadow_mass: np.ndarray  # (S, B) the same for a shadow Prompt-GDRO with the other norm_by_share (not applied)
+    shadow_mass: dict[str, np.ndarray]  # name -> (S, B) the same for shadow controllers (not applied)
     reward: np.ndarray  # (S, B) mean reward per bin (NaN where empty)
     own_sigma: np.ndarray  # (S, B) sqrt(mean acc (1 - acc)) from the bins' histories
     true_sigma: np.ndarray  # (S, B) independent estimate from fresh samples (NaN off the sigma steps)
@@ -212,6 +215,16 @@ class ArmLog:
     eval_rollouts: list[float] = field(default_factory=list)
     evals: list[Evaluation] = field(default_factory=list)
     final: Evaluation | None = None
+
+
+def _shadows(num_bins: int, cfg: GRPOConfig, device: torch.device) -> dict[str, PromptGDRO]:
+    """Prompt-GDRO controllers fed the same batches but never applied: the other ``norm_by_share`` setting, and
+    :data:`SIZE_ONLY` (the applied setting fed every prompt the batch's mean loss, so only the bins' sizes differ:
+    the control that tells up-weighting by difficulty from up-weighting by rarity)."""
+    other = "unnormalised" if cfg.norm_by_share else "share-normalised"
+    return {name: PromptGDRO(num_bins, cfg.eta, cfg.gamma, cfg.beta, w_max=cfg.w_max, norm_by_share=norm,
+                             device=device)
+            for name, norm in ((other, not cfg.norm_by_share), (SIZE_ONLY, cfg.norm_by_share))}
 
 
 def _epoch_batches(n_pool: int, batch: int, steps: int, generator: torch.Generator) -> list[Tensor]:
@@ -268,10 +281,9 @@ def train_arm(arm: str, policy: Transformer, task: ModSumTask, pool: Prompts, ev
     rg = RolloutGDRO(nb, cfg.arms, cfg.n_bar, cfg.eta, cfg.gamma, cfg.dual_lr, device=device)
     S = cfg.steps
     nan = np.full((S, nb), np.nan)
-    shadow = PromptGDRO(nb, cfg.eta, cfg.gamma, cfg.beta, w_max=cfg.w_max, norm_by_share=not cfg.norm_by_share,
-                        device=device)
+    shadows = _shadows(nb, cfg, device)
     log = ArmLog(arm, warmup, np.zeros((S, nb), int), np.zeros((S, nb), int), np.zeros(S), np.zeros(S),
-                 nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(),
+                 nan.copy(), nan.copy(), {k: nan.copy() for k in shadows}, nan.copy(), nan.copy(), nan.copy(),
                  np.zeros((nb, task.k_max), int), np.zeros(S))
     consumed = [0.0]
 
@@ -304,12 +316,14 @@ def train_arm(arm: str, policy: Transformer, task: ModSumTask, pool: Prompts, ev
         if active and arm == "prompt":
             w = pg.weights(b).to(w.dtype)  # from the scores up to the previous step (repo order)
             log.q[i] = pg.q(counts > 0).cpu().numpy()
-            ws = shadow.weights(b)
-            log.shadow_mass[i] = (_bin_mean(ws, b, nb).nan_to_num(0.0) * counts / ws.sum()).cpu().numpy()
+            for name, ctl in shadows.items():
+                ws = ctl.weights(b)
+                log.shadow_mass[name][i] = (_bin_mean(ws, b, nb).nan_to_num(0.0) * counts / ws.sum()).cpu().numpy()
         bin_loss = _bin_mean(loss_i, b, nb)
         if active:
             pg.update(b, loss_i)
-            shadow.update(b, loss_i)
+            for name, ctl in shadows.items():
+                ctl.update(b, loss_i.mean().expand_as(loss_i) if name == SIZE_ONLY else loss_i)
             if arm == "rollout":
                 rg.update(bin_loss)
             np.add.at(log.k_in_bin, (b.cpu().numpy(), pr.k.cpu().numpy() - 1), 1)
@@ -385,16 +399,25 @@ def run_arms(setup: Setup, task: ModSumTask, cfg: GRPOConfig, arms: Sequence[str
 # --------------------------------------------------------------------------------------- diagnostics
 
 
+def per_bin_mean(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per bin, the mean of ``values`` (``(S, B)``) over the steps where the bin held prompts (``counts > 0``);
+    NaN for a bin that was always empty."""
+    live = counts > 0
+    total = np.where(live, np.nan_to_num(values), 0.0).sum(0)
+    n = live.sum(0)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
 def post_warmup(log: ArmLog) -> slice:
     """The steps where the controllers act."""
     return slice(log.warmup, len(log.realised))
 
 
-def hardest_bin_mass_ratio(log: ArmLog, shadow: bool = False) -> np.ndarray:
+def hardest_bin_mass_ratio(log: ArmLog, shadow: str | None = None) -> np.ndarray:
     """Per post-warm-up step: weight mass / data share of the hardest bin present in the batch (of the shadow
-    controller with ``shadow=True``)."""
+    controller named ``shadow``, a key of ``log.shadow_mass``, when given)."""
     c = log.counts[post_warmup(log)]
-    m = (log.shadow_mass if shadow else log.mass)[post_warmup(log)]
+    m = (log.mass if shadow is None else log.shadow_mass[shadow])[post_warmup(log)]
     first = (c > 0).argmax(1)
     rows = np.arange(len(c))
     return m[rows, first] / (c[rows, first] / c.sum(1))
@@ -443,8 +466,14 @@ class WSEReport:
         """Mean relative reduction ``1 - a / b`` in percent."""
         return float(100 * (1 - a / b).mean())
 
+    def changes(self) -> dict[str, float]:
+        """Mean WSE change against uniform, ``100 (WSE / WSE_uniform - 1)`` averaged over the steps, in percent (the
+        unit of the paper's Fig. 6b: negative is lower than uniform) for the run, the square-root plan from the
+        controller's own sigma and the oracle square-root plan."""
+        return {k: -self.reduction(getattr(self, k), self.uniform) for k in ("run", "plan_own", "oracle")}
 
-def wse_report(log: ArmLog, arms: Sequence[int], n_bar: int) -> WSEReport:
+
+def wse_report(log: ArmLog | StreamLog, arms: Sequence[int], n_bar: int) -> WSEReport:
     """WSE against uniform on every post-warm-up step with an independent sigma (:class:`WSEReport`); steps where
     every bin has zero estimated variance (WSE 0 for any allocation) are left out."""
     has = ~np.isnan(log.true_sigma).all(1)
@@ -467,6 +496,73 @@ def wse_report(log: ArmLog, arms: Sequence[int], n_bar: int) -> WSEReport:
         rows["run_own"].append(float(wse(q, own, n_run)))
         rows["uniform_own"].append(float(wse(q, own, torch.full_like(n_run, n_bar))))
     return WSEReport(steps, **{k: np.array(v) for k, v in rows.items()})
+
+
+# ---------------------------------------------------------------------------- the sigma-variant (no policy)
+
+
+@dataclass
+class StreamLog:
+    """Per-step logs of :func:`allocation_stream` (``S`` steps, ``B`` bins); the fields :func:`wse_report` reads
+    have the meaning they have in :class:`ArmLog`, and ``true_sigma`` is exact (from the known pass rates)."""
+
+    warmup: int
+    counts: np.ndarray  # (S, B) prompts per bin
+    n_bins: np.ndarray  # (S, B) rollouts per prompt in each bin
+    realised: np.ndarray  # (S,) realised mean rollouts per prompt
+    mu: np.ndarray  # (S,) dual price before the step's choice
+    own_sigma: np.ndarray  # (S, B) sqrt(mean acc (1 - acc)) from the bins' histories
+    true_sigma: np.ndarray  # (S, B) sqrt(mean pi (1 - pi)) over the bin's prompts (NaN where empty or warm-up)
+    pass_rate: np.ndarray  # (S,) mean pass rate of the pool
+
+
+def allocation_stream(pool: PassRatePool, cfg: GRPOConfig, seed: int, steps: int, kappa: float = 0.15,
+                      device: torch.device | str = "cpu") -> StreamLog:
+    """Rollout-GDRO on a pool of known pass rates: the online bins, the controller and its feedback exactly as in
+    :func:`train_arm`, with the policy replaced by the pool.
+
+    Per step a batch of ``cfg.batch`` prompts (shuffled passes over the pool; the first pass is uniform, the
+    warm-up), ``n_b`` rollouts per prompt of bin ``b`` (``cfg.n_bar`` during the warm-up), successes ~
+    Binomial(``n_i``, ``pi_i``), the loss ``1 - mean reward`` per prompt as the controller's feedback. Learning is a
+    stand-in: a prompt whose group is mixed (some but not all rollouts correct: a non-zero GRPO advantage) has its
+    logit raised by ``kappa``, so the frontier drifts towards solved; solved and unsolved prompts never move.
+    """
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(seed)
+    pi = pool.sample(gen).to(dev)
+    warmup = math.ceil(pool.n / cfg.batch)
+    if steps <= warmup:
+        raise ValueError(f"steps={steps} must exceed the warm-up epoch ({warmup} steps)")
+    batches = _epoch_batches(pool.n, cfg.batch, steps, gen)
+    bins = OnlineDifficultyBins(pool.n, cfg.edges, cfg.history, cfg.hysteresis, dev)
+    nb = bins.num_bins
+    rg = RolloutGDRO(nb, cfg.arms, cfg.n_bar, cfg.eta, cfg.gamma, cfg.dual_lr, device=dev)
+    nan = np.full((steps, nb), np.nan)
+    log = StreamLog(warmup, np.zeros((steps, nb), int), np.zeros((steps, nb), int), np.zeros(steps),
+                    np.zeros(steps), nan.copy(), nan.copy(), np.zeros(steps))
+    for t in range(steps):
+        uid = batches[t].to(dev)
+        b, acc = bins.bins(uid), bins.accuracy(uid)
+        counts = torch.bincount(b, minlength=nb)
+        log.mu[t] = rg.mu
+        n_bin = rg.choose(counts) if t >= warmup else torch.where(counts > 0, cfg.n_bar, 0)
+        n_i = n_bin[b].to(torch.float64)
+        p = pi[uid]
+        succ = torch.binomial(n_i.cpu(), p.cpu(), generator=gen).to(dev)
+        mean_r = succ / n_i
+        if t >= warmup:
+            rg.update(_bin_mean(1.0 - mean_r, b, nb))
+        bins.update(uid, mean_r)
+        log.counts[t] = counts.cpu().numpy()
+        log.n_bins[t] = n_bin.cpu().numpy()
+        log.realised[t] = float(n_i.mean())
+        if t >= warmup:  # as in train_arm: sigma is scored where the controller acts
+            log.true_sigma[t] = _bin_mean(p * (1 - p), b, nb).sqrt().cpu().numpy()
+        log.own_sigma[t] = _bin_mean(acc * (1 - acc), b, nb).clamp_min(0).sqrt().cpu().numpy()
+        log.pass_rate[t] = float(pi.mean())
+        mixed = (succ > 0) & (succ < n_i)
+        pi[uid] = torch.where(mixed, torch.sigmoid(torch.logit(p) + kappa), p)
+    return log
 
 
 # ----------------------------------------------------------------------------------- compute neutrality
@@ -502,6 +598,13 @@ class Gap:
         return self.lo > 0 or self.hi < 0
 
 
+def per_seed(runs: Sequence[dict[str, ArmLog]], arm: str, metric: str, group: str | None = None) -> np.ndarray:
+    """One value per seed of ``arm``'s final evaluation: the data-weighted ``metric`` (``"pass1"`` / ``"pass8"``)
+    or, with ``group``, that group's mean."""
+    return np.array([r[arm].final.overall[metric] if group is None else r[arm].final.groups[group][metric]
+                     for r in runs])
+
+
 def _weighted_gap(task: ModSumTask, ev_a: Evaluation, ev_b: Evaluation, metric: str, ks: Sequence[int]) -> Gap:
     """Paired difference over the same evaluation prompts, stratified by ``K`` and weighted as :func:`summarize`
     weights it (the heavy tail over all ``K``; equal weights within a group): ``sum_k W_k mean_k(d)`` with standard
@@ -515,13 +618,14 @@ def _weighted_gap(task: ModSumTask, ev_a: Evaluation, ev_b: Evaluation, metric: 
     return Gap(mean, lo, hi, "evaluation prompts (one seed)")
 
 
-def gaps(task: ModSumTask, runs: Sequence[dict[str, ArmLog]], arm: str) -> dict[str, Gap]:
-    """``arm`` minus GRPO on the final evaluation: overall pass@1 / pass@8 and the worst group's pass@1 / pass@8.
+def gaps(task: ModSumTask, runs: Sequence[dict[str, ArmLog]], arm: str, group: str | None = None) -> dict[str, Gap]:
+    """``arm`` minus GRPO on the final evaluation: overall pass@1 / pass@8 and ``group``'s pass@1 / pass@8 (keys
+    ``worst_*``; default: the group where the first seed's GRPO has the lowest pass@1).
 
     With several seeds the interval is a t interval over the per-seed paired differences (training noise); with one
     seed it is over the evaluation prompts only (evaluation noise: it says nothing about seed-to-seed variation)."""
     out = {}
-    worst_name = min(GROUPS, key=lambda g: runs[0]["grpo"].final.groups[g]["pass1"])
+    worst_name = group or min(GROUPS, key=lambda g: runs[0]["grpo"].final.groups[g]["pass1"])
     worst_ks = list(range(GROUPS[worst_name][0], GROUPS[worst_name][1] + 1))
     for metric in ("pass1", "pass8"):
         for key, ks in ((f"overall_{metric}", list(range(1, task.k_max + 1))), (f"worst_{metric}", worst_ks)):

@@ -1,4 +1,5 @@
-"""The heterogeneous modular-sum task of notebook 15: prompts, pools with stable ids, SFT data, rewards.
+"""The heterogeneous modular-sum task of notebook 15 (prompts, pools with stable ids, SFT data, rewards) and the
+pool of known pass rates that notebook 15 uses to test Rollout-GDRO where sigma differs across bins.
 
 A prompt asks for ``(a_1 + ... + a_K) mod p`` with ``K`` drawn from a heavy-tailed distribution (most prompts are
 short, a few are long). The answer is a short chain of thought: the policy writes the running sums
@@ -135,3 +136,37 @@ class ModSumTask:
     def chain_mask(self, k: Tensor) -> Tensor:
         """``(n, k_max)`` bool: which chain positions belong to the answer (``j < k``)."""
         return torch.arange(self.k_max, device=k.device)[None, :] < k[:, None]
+
+
+@dataclass(frozen=True)
+class PassRatePool:
+    """A pool of ``n`` prompts with known pass rates, without a policy: the sigma-variant of notebook 15.
+
+    In RL post-training data most prompts give all-equal groups (solved: every rollout correct; unsolved: none),
+    so their rollout variance ``pi (1 - pi)`` is 0, while the prompts on the frontier have ``pi`` near 1/2. A
+    share ``solved`` of the prompts has ``pi = 1``, a share ``unsolved`` has ``pi = 0`` and the rest draw ``pi``
+    uniformly from ``frontier``. This is where the square-root rule of the paper (section 4) can gain: the modular-sum
+    toy's bins have similar sigma, so no allocation gains much there. The shares are ours (chosen on seed 0 of
+    notebook 15 so that the oracle allocation gains over 20 %); the paper gives no distribution of pass rates.
+    """
+
+    n: int = 512
+    solved: float = 0.6
+    unsolved: float = 0.2
+    frontier: tuple[float, float] = (0.1, 0.9)
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if not (0 <= self.solved and 0 <= self.unsolved and self.solved + self.unsolved <= 1):
+            raise ValueError(f"need shares solved, unsolved >= 0 with a sum <= 1, got {self.solved}, {self.unsolved}")
+        lo, hi = self.frontier
+        if not 0 <= lo <= hi <= 1:
+            raise ValueError(f"frontier must be an interval inside [0, 1], got {self.frontier}")
+
+    def sample(self, generator: torch.Generator) -> Tensor:
+        """``(n,)`` float64 pass rates, drawn on the CPU from ``generator``."""
+        u = torch.rand(self.n, generator=generator, dtype=torch.float64)
+        lo, hi = self.frontier
+        mid = lo + (hi - lo) * torch.rand(self.n, generator=generator, dtype=torch.float64)
+        return torch.where(u < self.solved, 1.0, torch.where(u < self.solved + self.unsolved, 0.0, mid))
