@@ -225,18 +225,82 @@ def test_dataset_geometry():
     np.testing.assert_allclose(d.x.numpy(), d.clean_timed.numpy())
     seg = d.clean_path.diff(dim=1).norm(dim=-1)     # smooth skills: the clean path's chords are (nearly) equal
     assert float((seg / seg.mean(1, keepdim=True) - 1).abs().max()) < 0.01
+    assert bool(((d.shape >= 0) & (d.shape <= 1)).all()) and float(d.shape.std()) > 0.05
     with pytest.raises(ValueError):
         G.make_skill_dataset(0)
+    with pytest.raises(ValueError, match="shape"):
+        G.make_skill_dataset(2, shape=(0.2, 1.5))
+
+
+def test_shape_parameter_sets_the_height_analytically():
+    a = np.array([0.0, 0.3, 1.0])
+    for name in ("arc", "zigzag", "L"):   # the peak height of these curves is the shape value itself
+        k = G.SKILLS.index(name)
+        P = G.shaped_paths(np.full(3, k), a)
+        # within the corner cut of 2001 arc-length knots (O(h), h ≈ 1e-3)
+        np.testing.assert_allclose(P[..., 1].amax(1).numpy(), G.shape_value(name, a), atol=5e-4)
+    k = G.SKILLS.index("straight")        # no shape: the parameter is ignored
+    P = G.shaped_paths(np.full(3, k), a)
+    np.testing.assert_allclose(P.numpy(), P[:1].expand(3, -1, -1).numpy(), atol=0)
+    # a = 0.5 is the fixed canonical shape (computed on a different dense grid)
+    ref = G.skill_paths(2001)
+    P = G.shaped_paths(np.arange(len(G.SKILLS)), np.full(len(G.SKILLS), 0.5))
+    assert float((P - ref).abs().max()) < 1e-6
+
+
+def test_warped_sets_share_poses_and_shapes():
+    a = G.make_skill_dataset(4, warp="beta", rng=31, dtype=torch.float64)
+    b = G.make_skill_dataset(4, warp="stopgo", rng=31, dtype=torch.float64)
+    for f in ("shape", "start", "goal", "clean_path"):
+        np.testing.assert_allclose(getattr(a, f).numpy(), getattr(b, f).numpy(), atol=1e-12)
+    assert float((a.u - b.u).abs().max()) > 0.01
+
+
+def test_lookup_against_brute_force():
+    d = G.make_skill_dataset(5, rng=32, dtype=torch.float64)
+    W = G.factorize(d.x, 16)[0].numpy()
+    q = G.make_skill_dataset(3, rng=33, dtype=torch.float64)
+    mean = G.SchemaLookup(d, 16, "mean")
+    near = G.SchemaLookup(d, 16, "nearest")
+    skill, shape = d.skill.numpy(), d.shape.numpy()
+    for i in range(len(q)):
+        k, a = int(q.skill[i]), float(q.shape[i])
+        own = np.nonzero(skill == k)[0]
+        np.testing.assert_allclose(mean.schema(q.skill[i:i + 1], q.shape[i:i + 1])[0].numpy(), W[own].mean(0),
+                                   atol=1e-12)
+        j = own[np.argmin(np.abs(shape[own] - a))]
+        np.testing.assert_allclose(near.schema(q.skill[i:i + 1], q.shape[i:i + 1])[0].numpy(), W[j], atol=0)
+    out = mean(q.skill, q.shape, q.start, q.goal)[0]    # placed with the chord frame of the query
+    np.testing.assert_allclose(out[:, 0].numpy(), q.start.numpy(), atol=1e-12)
+    np.testing.assert_allclose(out[:, -1].numpy(), q.goal.numpy(), atol=1e-12)
 
 
 def test_gam_lite_is_sim2_equivariant_by_construction():
     torch.manual_seed(0)
-    model = G.GAMLite(6, 32, 50, arclength=True, members=2).double()
     d = G.make_skill_dataset(2, rng=16, dtype=torch.float64)
     g = random_sim2(np.random.default_rng(17), len(d))
-    out = model(d.skill, d.start, d.goal)
-    moved = model(d.skill, G.sim2_act(g, d.start[:, None])[:, 0], G.sim2_act(g, d.goal[:, None])[:, 0])
-    np.testing.assert_allclose(moved.detach().numpy(), G.sim2_act(g, out).detach().numpy(), atol=1e-8)
+    for model in (G.GAMLite(6, 32, 50, arclength=True, members=2).double(), G.GAMEq(6, 32, members=2).double()):
+        out = model(d.skill, d.shape, d.start, d.goal)
+        moved = model(d.skill, d.shape, G.sim2_act(g, d.start[:, None])[:, 0], G.sim2_act(g, d.goal[:, None])[:, 0])
+        np.testing.assert_allclose(moved.detach().numpy(), G.sim2_act(g, out).detach().numpy(), atol=1e-8)
+
+
+def test_learned_frame_formula_by_hand():
+    """GAM-eq with V = the straight schema and c₁ = 0, c₂ = 1 is the chord start → goal; with c₁ = i the schema is
+    shifted by a quarter turn of the chord."""
+    model = G.GAMEq(2, 5).double()
+    last = model.net[-1]
+    sigma = torch.linspace(0, 1, 5, **F64)
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.cat([torch.stack([sigma, 0 * sigma], -1).reshape(-1),
+                                   torch.tensor([0.0, 0.0, 1.0, 0.0], **F64)]).view(1, 1, -1))
+        start, goal = torch.tensor([[1.0, 2.0]], **F64), torch.tensor([[1.0, 4.0]], **F64)
+        out = model(torch.tensor([1]), torch.tensor([0.3], **F64), start, goal)[0, 0].numpy()
+        np.testing.assert_allclose(out, np.stack([np.ones(5), 2 + 2 * sigma.numpy()], -1), atol=1e-12)
+        last.bias[0, 0, -4:] = torch.tensor([0.0, 1.0, 1.0, 0.0], **F64)    # c₁ = i: + i·d = (−2, 0)
+        out = model(torch.tensor([1]), torch.tensor([0.3], **F64), start, goal)[0, 0].numpy()
+        np.testing.assert_allclose(out, np.stack([-np.ones(5), 2 + 2 * sigma.numpy()], -1), atol=1e-12)
 
 
 def test_a_stack_member_trains_as_it_would_alone():
@@ -248,8 +312,8 @@ def test_a_stack_member_trains_as_it_would_alone():
     G.train(stack, data, steps=30, augment=[False, True])   # member 1's augmentation must not leak into member 0
     G.train(alone, data[0], steps=30)
     d = data[0]
-    np.testing.assert_allclose(stack(d.skill, d.start, d.goal)[0].detach().numpy(),
-                               alone(d.skill, d.start, d.goal)[0].detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(stack(d.skill, d.shape, d.start, d.goal)[0].detach().numpy(),
+                               alone(d.skill, d.shape, d.start, d.goal)[0].detach().numpy(), atol=1e-5)
 
 
 def test_training_fits_the_schema():
@@ -259,7 +323,30 @@ def test_training_fits_the_schema():
     losses = G.train(model, data, steps=200, lr=3e-3)
     assert losses[-1] < 0.05 * losses[0]
     with torch.no_grad():
-        err = G.path_error(model(data.skill, data.start, data.goal)[0], data.clean_path).mean()
+        err = G.path_error(model(data.skill, data.shape, data.start, data.goal)[0], data.clean_path).mean()
     assert float(err) < 0.03
     with pytest.raises(ValueError, match="equivariant"):
         G.train(model, data, steps=1, augment=True)
+
+
+def test_learned_schema_interpolates_shapes_the_mean_lookup_cannot():
+    """Trained on arcs of varying height, GAM-lite's error on unseen heights is far below the per-skill mean's; on one
+    fixed height it converges to that mean (the lookup a token-only head is)."""
+    kw = dict(skills=("arc",), noise=0.0, rng=22)
+    train_set = G.make_skill_dataset(24, **kw)
+    test = G.make_skill_dataset(40, **{**kw, "rng": 23})
+    torch.manual_seed(0)
+    model = G.GAMLite(1, 32, 50, arclength=True)
+    G.train(model, train_set, steps=600, lr=3e-3)
+    lookup = G.SchemaLookup(train_set, 32, "mean")
+    with torch.no_grad():
+        err = G.path_error(model(test.skill, test.shape, test.start, test.goal)[0], test.clean_path).mean()
+    base = G.path_error(lookup(test.skill, test.shape, test.start, test.goal)[0], test.clean_path).mean()
+    assert float(err) < 0.3 * float(base)
+    fixed = G.make_skill_dataset(8, shape=(0.5, 0.5), **kw)
+    torch.manual_seed(0)
+    model = G.GAMLite(1, 32, 50, arclength=True)
+    G.train(model, fixed, steps=600, lr=3e-3)
+    with torch.no_grad():
+        W = model.schema(fixed.skill[:1], fixed.shape[:1])[0, 0]
+    assert float((W - G.SchemaLookup(fixed, 32).mean[0].float()).abs().max()) < 5e-3

@@ -27,18 +27,21 @@ the standard ones the abstract names (arc-length reparameterisation; Sim(2) with
 
 Deliberate deviations (all forced by the missing VLA, simulator and data):
 
-* A **planar analogue** of the VLA setting: six generated 2-D skills, the "language" input is a skill token, the
+* A **planar analogue** of the VLA setting: six generated 2-D skills whose shapes vary continuously per demonstration
+  (a shape parameter ``a``: arc height, zigzag amplitude, ...); the "language" input is a skill token with ``a``, the
   "vision" input is the (start, goal) pair; planar Sim(2) instead of 3-D end-effector poses.
 * GAM-lite's frame is analytic (the start → goal chord), so its rotation equivariance holds *by construction*; the
-  notebook says so and also feeds it noisy poses.
+  notebook says so, adds a learned equivariant frame (:class:`~.models.GAMEq`), feeds noisy poses, and holds every
+  learned schema against the no-learning lookup of the training demos (:class:`~.models.SchemaLookup`).
 * Training uses full batches up to 96 demonstrations and random batches of 96 above (equal work per step).
 
 Layout: :mod:`.method` (arc length, retiming, Sim(2) exp/log/act, canonical frame, factorize/compose, Fréchet),
-:mod:`.problems` (skills, warps, :func:`make_skill_dataset`), :mod:`.models` (the 2×2 ablation and :func:`train`),
-:mod:`.experiment` (the notebook's harness).
+:mod:`.problems` (skills and their shape parameter, warps, :func:`make_skill_dataset`), :mod:`.models` (the 2×2
+ablation, the learned equivariant frame, the lookup controls and :func:`train`), :mod:`.experiment` (the notebook's
+harness).
 """
 
-from .experiment import FAMILIES, Checks, Suite, exact_checks, pose_grid, run_suite
+from .experiment import CONTROLS, FAMILIES, Checks, Suite, exact_checks, pose_grid, run_suite
 from .method import (
     arclength_resample,
     canonical_frame,
@@ -55,12 +58,25 @@ from .method import (
     sim2_matrix,
     uniform_grid,
 )
-from .models import AbsoluteMLP, GAMLite, StackedLinear, mlp, train
-from .problems import CORNERED, SKILLS, SMOOTH, WARPS, SkillData, make_skill_dataset, skill_paths, time_warps
+from .models import AbsoluteMLP, GAMEq, GAMLite, SchemaLookup, StackedLinear, mlp, task_input, train
+from .problems import (
+    CORNERED,
+    SHAPE_RANGES,
+    SKILLS,
+    SMOOTH,
+    WARPS,
+    SkillData,
+    make_skill_dataset,
+    shape_value,
+    shaped_paths,
+    skill_paths,
+    time_warps,
+)
 
 __all__ = [
-    "CORNERED", "FAMILIES", "SKILLS", "SMOOTH", "WARPS", "AbsoluteMLP", "Checks", "GAMLite", "SkillData",
-    "StackedLinear", "Suite", "arclength_resample", "canonical_frame", "chord_frame", "compose", "exact_checks",
-    "factorize", "frechet", "make_skill_dataset", "mlp", "path_error", "pose_grid", "retime", "run_suite", "sim2_act",
-    "sim2_exp", "sim2_inv", "sim2_log", "sim2_matrix", "skill_paths", "time_warps", "train", "uniform_grid",
+    "CONTROLS", "CORNERED", "FAMILIES", "SHAPE_RANGES", "SKILLS", "SMOOTH", "WARPS", "AbsoluteMLP", "Checks", "GAMEq",
+    "GAMLite", "SchemaLookup", "SkillData", "StackedLinear", "Suite", "arclength_resample", "canonical_frame",
+    "chord_frame", "compose", "exact_checks", "factorize", "frechet", "make_skill_dataset", "mlp", "path_error",
+    "pose_grid", "retime", "run_suite", "shape_value", "shaped_paths", "sim2_act", "sim2_exp", "sim2_inv", "sim2_log",
+    "sim2_matrix", "skill_paths", "task_input", "time_warps", "train", "uniform_grid",
 ]
