@@ -148,6 +148,20 @@ def test_paired_control_difference_over_seeds():
         evidence.evaluate(e, Measure(ours, control=base[:2]))
 
 
+def test_paired_control_ratio_over_seeds():
+    """compare: ratio over seeds: the per-seed ratios, their t interval (this path raised a TypeError while a
+    second ``_same`` shadowed the pairing helper)."""
+    e = entry(evidence={"seeds": 3}, control={"what": "baseline", "compare": "ratio"}, rule=">= 1.1")
+    ours, base = [6.0, 6.6, 7.5], [5.0, 5.5, 6.0]
+    rec = evidence.evaluate(e, Measure(ours, control=base))
+    r = np.divide(ours, base)
+    assert rec["measured"] == pytest.approx(r.mean()) and rec["interval"] == pytest.approx(
+        [stats.over_seeds(r).lo, stats.over_seeds(r).hi])
+    assert rec["control"]["value"] == pytest.approx(np.mean(base))
+    with pytest.raises(ValueError, match="pairing needs equal counts"):
+        evidence.evaluate(e, Measure(ours, control=base[:2]))
+
+
 def test_a_control_that_meets_the_rule_makes_the_claim_inconclusive():
     e = entry(evidence={"bootstrap": "items"}, control={"what": "copying", "compare": "outside"})
     rng = np.random.default_rng(0)

@@ -103,7 +103,8 @@ def _metric(entry: Entry, m: Measure, where: str) -> tuple[Estimate, Estimate | 
     if ev.kind == "seeds":
         a, b = stats.as_samples(m.value), stats.as_samples(m.control)
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_seed = stats.paired_differences(a, b, where) if compare == "difference" else a / _same(a, b, where)
+            per_seed = (stats.paired_differences(a, b, where) if compare == "difference"
+                        else a / _denominator(a, b, where))
         return stats.over_seeds(per_seed), ctl
     return stats.bootstrap_compare(m.value, m.control, m.statistic, compare=compare), ctl
 
@@ -126,8 +127,9 @@ def _estimate(kind: str, value: Any, statistic: Callable[..., float] | None, whe
     return stats.bootstrap(value, statistic)
 
 
-def _same(a: np.ndarray, b: np.ndarray, where: str) -> np.ndarray:
-    stats.paired_differences(a, b, where)  # the same length check
+def _denominator(a: np.ndarray, b: np.ndarray, where: str) -> np.ndarray:
+    """The control's per-seed values as the denominator of a paired ratio (after the same length check)."""
+    stats.paired_differences(a, b, where)
     return b
 
 
