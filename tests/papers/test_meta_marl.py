@@ -1,5 +1,7 @@
 """Tests of repro.papers.meta_marl (paper 12, D²TR): losses against independent formulas, MPE physics by hand,
-the behaviour policy against scipy's assignment solver, data determinism, labellers, and decentralization."""
+the behaviour policy against scipy's assignment solver, data determinism, labellers, decentralization, and the
+statistics the claims read (probe items, the leakage statistic, the raw-transition control, seed margins and the
+paired return gaps) against hand-worked cases."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from repro.papers.meta_marl import (
+    BC,
+    D2TR,
+    ORACLE,
+    RAW,
+    TASK_EMBEDDING,
     AgentTrajectories,
     ConditionedPolicy,
     CoopNavEnv,
@@ -24,11 +31,20 @@ from repro.papers.meta_marl import (
     info_nce,
     kmeans_roles,
     make_tasks,
+    probe_accuracy,
+    probe_correct,
+    raw_role_features,
+    return_study,
+    role_study,
     sample_contexts,
     scripted_policy,
     scripted_role_labeller,
+    scripted_variant,
+    seed_study,
     train_d2tr_lite,
+    train_representations,
 )
+from repro.papers.meta_marl.experiment import Leakage, ReturnStudy, SeedStudy
 from repro.papers.meta_marl.method import Actor, trajectory_summaries
 from repro.papers.meta_marl.problems import N_ACTIONS, Physics, scripted_step
 
@@ -336,6 +352,98 @@ def test_oracle_needs_the_global_context_and_bc_ignores_context():
         oracle.task_embedding(ctx.local, ctx.mask)
     bc = ConditionedPolicy(Actor(ds.obs.shape[-1], 0, 4, 8), name="bc")
     assert evaluate(bc, tasks, 1, episodes=2, steps=3).returns.shape == (len(tasks), 2)
+
+
+# ------------------------------------------------------------------ what the claims read
+def test_probe_items_are_per_point_and_average_to_the_accuracy():
+    g = torch.Generator().manual_seed(3)
+    y = torch.arange(2).repeat_interleave(40)
+    x = torch.randn(80, 2, generator=g) + 6.0 * y[:, None]  # two blobs 6 apart: every test point is named
+    right = probe_correct(x[::2], y[::2], x[1::2], y[1::2])
+    assert right.dtype == bool and right.shape == (40,) and right.all()
+    wrong = probe_correct(x[::2], y[::2], x[1::2], 1 - y[1::2])  # the test labels swapped: every point missed
+    assert not wrong.any()
+    noisy = torch.randint(0, 2, (40,), generator=g)
+    assert probe_accuracy(x[::2], y[::2], x[1::2], noisy) == probe_correct(x[::2], y[::2], x[1::2], noisy).mean()
+
+
+def test_leakage_statistic_is_the_largest_excess_over_chance():
+    leak = Leakage(0.0, 0.0, 0.0, 0.1, 0.5, 0.25)
+    joint, wind, decoy = np.array([1, 0, 0, 0]), np.array([1, 1, 0, 0]), np.array([1, 1, 0, 0])
+    # excesses 0.25 − 0.1 = 0.15, 0.5 − 0.5 = 0, 0.5 − 0.25 = 0.25: the decoy's counts
+    assert leak.max_excess(joint, wind, decoy) == pytest.approx(0.25)
+    assert leak.max_excess(np.ones(4), wind, decoy) == pytest.approx(0.9)
+
+
+def test_raw_role_features_put_transitions_in_time_order_with_their_clock():
+    x = torch.tensor([[[20.0, 21.0], [0.0, 1.0], [10.0, 11.0]]])  # steps 2, 0, 1
+    ts = torch.tensor([[2, 0, 1]])
+    expected = torch.tensor([[0.0, 1.0, 0.0, 10.0, 11.0, 0.25, 20.0, 21.0, 0.5]])
+    assert torch.equal(raw_role_features(x, ts, horizon=4), expected)
+
+
+def test_seed_study_margin_and_gap_by_hand():
+    acc = {"distilled": {"wind": np.array([[0.7, 0.9], [0.85, 0.84]])},
+           "local-only": {"wind": np.array([[0.9, 1.0], [0.9, 1.0]])}}
+    st = SeedStudy([0, 1], [1, 8], acc, np.zeros((2, 2)))
+    # seed 0: 0.9 − max(0.8, 0.7) = 0.1; seed 1: 0.84 − max(0.8, 0.85) = −0.01 (worse than one transition)
+    assert np.allclose(st.margin("distilled", "wind", 0.8), [0.1, -0.01])
+    assert np.allclose(st.gap("wind"), [(0.7 + 0.9 - 1.9) / 2, (0.85 + 0.84 - 1.9) / 2])
+
+
+def test_return_gaps_are_paired_by_world():
+    rng = np.random.default_rng(0)
+    base = rng.normal(-40, 5, size=(3, 1, 6, 4))  # (seeds, policy seeds, tasks, episodes): worlds vary a lot
+    shift = np.array([1.0, 2.0, 3.0])[:, None, None, None]
+    other = base + shift + 0.01 * rng.normal(size=base.shape)
+    rs = ReturnStudy(["a", "b"], [0, 1, 2], np.stack([other, base], 2))
+    assert np.allclose(rs.gap("a", "b"), [1, 2, 3], atol=0.02)
+    per_task = (other - base).mean((1, 3))
+    se_by_hand = per_task.std(1, ddof=1) / math.sqrt(6)
+    assert np.allclose(rs.paired_se("a", "b"), se_by_hand)
+    a_task, b_task = other.mean((1, 3)), base.mean((1, 3))
+    unpaired = np.hypot(a_task.std(1, ddof=1), b_task.std(1, ddof=1)) / math.sqrt(6)
+    assert np.allclose(rs.unpaired_se("a", "b"), unpaired)
+    assert (rs.paired_se("a", "b") < 0.05).all() and (rs.unpaired_se("a", "b") > 0.5).all()
+
+
+def _study():
+    tasks = make_tasks([30.0, 210.0], 4)
+    ds = collect_dataset(tasks, 8, 8, seed=21)
+    train, held = ds.episodes(slice(0, 6)), ds.episodes(slice(6, None))
+    cfg = D2TRConfig(steps_teacher=3, steps_student=3, steps_role=3, steps_policy=3, k_max=4, hidden=16,
+                     hsic_samples=16, hsic_weight=0.5)
+    runs = [train_representations(train, held, D2TRConfig(**{**vars(cfg), "seed": s}), [1, 2], n_centroid=4,
+                                  n_query=2) for s in (0, 1)]
+    roles = role_study(train, held, runs[0].student, cfg, hsic_weights=[0.0, 0.5], n_probe=40)
+    return train, held, cfg, runs, roles
+
+
+def test_role_study_probes_every_representation_on_the_same_points():
+    _, held, cfg, runs, roles = _study()
+    names = [scripted_variant(0.0), scripted_variant(0.5), "KMeans", "random", TASK_EMBEDDING, RAW]
+    assert list(roles.probes) == names
+    sizes = {len(roles.correct[n][p]) for n in names for p in ("role", "task")}
+    assert sizes == {len(roles.held_role)} and len(roles.held_role) == min(40, 8 * 2 * 3)
+    for n in names:
+        assert roles.probes[n]["role_probe"] == pytest.approx(roles.correct[n]["role"].mean())
+    assert roles.majority == pytest.approx(np.bincount(roles.held_role).max() / len(roles.held_role))
+    assert roles.maps[scripted_variant(0.5)].shape == (len(roles.held_role), 2)
+    st = seed_study(runs, [0, 1])
+    assert st.cos_local.shape == st.cos.shape == (2, 2) and (np.abs(st.cos_local) <= 1 + 1e-6).all()
+
+
+def test_return_study_evaluates_every_policy_in_its_seeds_worlds():
+    train, _, cfg, runs, roles = _study()
+    ood = make_tasks([120.0], 4)
+    rs = return_study(train, ood, runs, [0, 1], roles, cfg, context=2, episodes=2, steps=4, eval_seed=5)
+    assert rs.returns.shape == (2, 1, 5, 4, 2) and rs.names[0] == BC and rs.names[-1] == ORACLE
+    for name in (BC, D2TR, ORACLE):  # the first seed's worlds are evaluate's at eval_seed, for every policy
+        again = evaluate(rs.policies[name], ood, 2, episodes=2, steps=4, seed=5).returns
+        assert np.array_equal(again, rs.returns[0, 0, rs.names.index(name)])
+    assert np.array_equal(rs.gap(BC, BC), np.zeros(2))
+    with pytest.raises(ValueError):
+        return_study(train, ood, runs[:1], [0, 1], roles, cfg)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

@@ -43,9 +43,17 @@ harness).
 """
 
 from .experiment import (
+    BC,
+    D2TR,
+    LOCAL,
+    NO_ROLES,
+    ORACLE,
+    RAW,
+    TASK_EMBEDDING,
     Leakage,
     Representations,
     Returns,
+    ReturnStudy,
     RoleStudy,
     SeedStudy,
     TaskID,
@@ -56,8 +64,13 @@ from .experiment import (
     evaluate,
     leakage_probe,
     probe_accuracy,
+    probe_correct,
+    raw_role_features,
+    return_study,
     role_study,
+    scripted_variant,
     seed_study,
+    study_role_encoders,
     task_id_curve,
     train_policies,
     train_representations,
@@ -98,12 +111,13 @@ from .problems import (
 )
 
 __all__ = [
-    "ROLE_NAMES", "AgentTrajectories", "ConditionedPolicy", "Contexts", "CoopNavEnv", "D2TRConfig", "Dataset",
-    "Leakage", "Physics", "Representations", "Returns", "RoleEncoder", "RoleStudy", "SeedStudy", "TaskID",
-    "TaskSet", "TrajEncoder", "alignment", "behaviour_returns", "collect_dataset", "decentralization_gap",
-    "distill_loss", "embedding_maps", "evaluate", "hsic", "info_nce", "kmeans_roles", "leakage_probe",
-    "make_tasks", "obs_features", "pd_controller", "probe_accuracy", "random_roles", "role_study",
-    "sample_contexts", "scripted_policy", "scripted_role_labeller", "scripted_step", "seed_study",
-    "task_id_curve", "train_d2tr_lite", "train_policies", "train_representations", "train_role_encoder",
-    "train_student", "train_teacher", "trajectory_features", "trajectory_summaries",
+    "BC", "D2TR", "LOCAL", "NO_ROLES", "ORACLE", "RAW", "ROLE_NAMES", "TASK_EMBEDDING", "AgentTrajectories",
+    "ConditionedPolicy", "Contexts", "CoopNavEnv", "D2TRConfig", "Dataset", "Leakage", "Physics", "Representations",
+    "ReturnStudy", "Returns", "RoleEncoder", "RoleStudy", "SeedStudy", "TaskID", "TaskSet", "TrajEncoder", "alignment",
+    "behaviour_returns", "collect_dataset", "decentralization_gap", "distill_loss", "embedding_maps", "evaluate",
+    "hsic", "info_nce", "kmeans_roles", "leakage_probe", "make_tasks", "obs_features", "pd_controller",
+    "probe_accuracy", "probe_correct", "random_roles", "raw_role_features", "return_study", "role_study",
+    "sample_contexts", "scripted_policy", "scripted_role_labeller", "scripted_step", "scripted_variant", "seed_study",
+    "study_role_encoders", "task_id_curve", "train_d2tr_lite", "train_policies", "train_representations",
+    "train_role_encoder", "train_student", "train_teacher", "trajectory_features", "trajectory_summaries",
 ]
