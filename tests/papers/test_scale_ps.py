@@ -183,6 +183,31 @@ def test_bcr_recovers_planted_clusters_and_acts_only_in_its_regimes():
     assert mech.merge_boundary[0] == mech.merge_boundary[1] and not mech.merge_boundary[2]
 
 
+def test_phase_diagram_cells_are_independent_draws_recomputed_directly():
+    spreads, glues, seps = [0.2, 0.5], [0.3, 0.7], [0.4]
+    P = experiment.bcr_phase_diagram(spreads, glues, seps, reps=2, seed=3)
+    assert P.ari0["plain"].shape == (2, 2) and P.ari1["look-alike pairs"].shape == (2, 2, 2)
+    assert P.ari0["two-mode identities"].shape == (2, 2, 1)
+    # one cell of each regime, written out: its own generator, DBSCAN and BCR labels, ARI against the truth
+    for regime, k, kw, (r, i, j) in [("plain", 0, {}, (1, 1, 0)),
+                                     ("look-alike pairs", 1, dict(glued=4, glue=0.7), (0, 1, 1)),
+                                     ("two-mode identities", 2, dict(bimodal=4, sep=0.4), (1, 0, 0))]:
+        f, t = experiment.planted_clusters(16, 12, 32, spreads[i], np.random.default_rng([3, r, i, j, k]), **kw)
+        l0, l1 = cluster.bcr_labels(f, k1=12, k2=4, seed=3)
+        cell = (r, i) if regime == "plain" else (r, i, j)
+        assert P.ari0[regime][cell] == adjusted_rand_score(t, cluster.pseudo_ids(l0))
+        assert P.ari1[regime][cell] == adjusted_rand_score(t, cluster.pseudo_ids(l1))
+    d = P.ari1["look-alike pairs"] - P.ari0["look-alike pairs"]
+    np.testing.assert_allclose(P.d_glue, d.mean(0))
+    bcr, dbscan = P.items("look-alike pairs")
+    assert bcr.size == 8 and np.array_equal(bcr - dbscan, d.ravel())
+    assert P.helped_hurt("look-alike pairs") == (np.mean(d > 0.02), np.mean(d < -0.02))
+    with pytest.raises(ValueError, match="regime"):
+        P.items("glued")
+    with pytest.raises(ValueError, match="reps"):
+        experiment.bcr_phase_diagram(spreads, glues, seps, reps=0, seed=0)
+
+
 def test_pseudo_ids_give_outliers_their_own_ids():
     assert cluster.pseudo_ids(np.array([1, -1, 0, -1, 1])).tolist() == [1, 2, 0, 3, 1]
 

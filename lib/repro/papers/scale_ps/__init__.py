@@ -57,7 +57,9 @@ from .cluster import (
 from .evaluate import SearchResult, average_precision, oracle_search, person_search_map
 from .experiment import (
     ARMS,
+    REGIMES,
     Config,
+    PhaseDiagram,
     Summary,
     bcr_mechanics,
     bcr_phase_diagram,
@@ -86,8 +88,9 @@ from .synth import (
 )
 
 __all__ = [
-    "ARMS", "SCR", "SDH", "SIA", "SOURCE", "TARGET", "BCRStats", "Backbone", "ClusterMemory", "Config",
-    "DomainConfig", "Head", "Identity", "MultiScaleConv", "ReIDNet", "SearchResult", "Summary", "TripletAttention",
+    "ARMS", "REGIMES", "SCR", "SDH", "SIA", "SOURCE", "TARGET", "BCRStats", "Backbone", "ClusterMemory", "Config",
+    "DomainConfig", "Head", "Identity", "MultiScaleConv", "PhaseDiagram", "ReIDNet", "SearchResult", "Summary",
+    "TripletAttention",
     "adabn", "average_precision", "bcr_labels", "bcr_mechanics", "bcr_phase_diagram", "cluster", "corrected_distance",
     "crop_rois", "dbscan_labels", "detector", "evaluate", "experiment", "jaccard_distance", "make_config",
     "make_identities", "make_scene", "make_split", "memory", "merge_matrix", "modules", "network", "oracle_search",

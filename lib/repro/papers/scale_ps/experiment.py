@@ -462,41 +462,71 @@ def _ari(labels: np.ndarray, truth: np.ndarray) -> float:
     return float(adjusted_rand_score(truth, pseudo_ids(labels)))
 
 
+REGIMES = ("plain", "look-alike pairs", "two-mode identities")
+
+
 @dataclass
 class PhaseDiagram:
-    """ΔARI (BCR − DBSCAN) on grids of (glue distance × spread) and (bimodal separation × spread), mean over reps."""
+    """ARI of DBSCAN's labels (``ari0``) and of BCR's (``ari1``) on planted clusters, per repetition: ``*_plain``
+    is reps × spreads (no planted failure), ``*_glue`` reps × spreads × glue distances (look-alike pairs),
+    ``*_bimodal`` reps × spreads × separations (two-mode identities)."""
 
     spreads: np.ndarray
     glues: np.ndarray
     seps: np.ndarray
-    d_glue: np.ndarray
-    d_bimodal: np.ndarray
-    ari0_glue: np.ndarray
-    ari0_bimodal: np.ndarray
+    ari0: dict[str, np.ndarray]
+    ari1: dict[str, np.ndarray]
+
+    @property
+    def d_glue(self) -> np.ndarray:
+        """ΔARI (BCR − DBSCAN), mean over repetitions, spreads × glue distances."""
+        return (self.ari1["look-alike pairs"] - self.ari0["look-alike pairs"]).mean(0)
+
+    @property
+    def d_bimodal(self) -> np.ndarray:
+        """ΔARI (BCR − DBSCAN), mean over repetitions, spreads × separations."""
+        return (self.ari1["two-mode identities"] - self.ari0["two-mode identities"]).mean(0)
+
+    @property
+    def d_plain(self) -> np.ndarray:
+        """ΔARI (BCR − DBSCAN), mean over repetitions, per spread."""
+        return (self.ari1["plain"] - self.ari0["plain"]).mean(0)
+
+    def items(self, regime: str) -> tuple[np.ndarray, np.ndarray]:
+        """BCR's and DBSCAN's ARI in one regime, one item per (repetition, cell): what a bootstrap resamples."""
+        if regime not in REGIMES:
+            raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+        return self.ari1[regime].ravel(), self.ari0[regime].ravel()
+
+    def helped_hurt(self, regime: str, tol: float = 0.02) -> tuple[float, float]:
+        """Fractions of the regime's (repetition, cell) items where BCR raised / lowered the ARI by more than
+        ``tol``."""
+        bcr, dbscan = self.items(regime)
+        return float(np.mean(bcr - dbscan > tol)), float(np.mean(bcr - dbscan < -tol))
 
 
 def bcr_phase_diagram(spreads, glues, seps, reps: int, seed: int, *, n_ids: int = 16, per_id: int = 12,
                       dim: int = 32, glued: int = 4, bimodal: int = 4, k1: int = 12, k2: int = 4,
                       device: torch.device | str = "cpu") -> PhaseDiagram:
-    """Where BCR's fixed thresholds help and where they hurt: ARI of BCR's labels minus ARI of DBSCAN's, on planted
-    clusters with ``glued`` look-alike pairs (first grid) or ``bimodal`` two-mode identities (second grid)."""
-    shape_g, shape_b = (len(spreads), len(glues)), (len(spreads), len(seps))
-    d_g, d_b, a_g, a_b = np.zeros(shape_g), np.zeros(shape_b), np.zeros(shape_g), np.zeros(shape_b)
-    for i, s in enumerate(spreads):
+    """Where BCR's fixed thresholds help and where they hurt: DBSCAN's and BCR's ARI on planted clusters in three
+    regimes, each point its own draw: no planted failure, ``glued`` look-alike pairs at each glue distance, and
+    ``bimodal`` two-mode identities at each separation, over the cluster ``spreads``."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    grids = {"plain": [None], "look-alike pairs": list(glues), "two-mode identities": list(seps)}
+    ari0 = {k: np.zeros((reps, len(spreads), len(v))) for k, v in grids.items()}
+    ari1 = {k: np.zeros_like(a) for k, a in ari0.items()}
+    for k, (regime, grid) in enumerate(grids.items()):
         for r in range(reps):
-            for j, g in enumerate(glues):
-                f, t = planted_clusters(n_ids, per_id, dim, s, np.random.default_rng([seed, r, i, j, 1]),
-                                        glued=glued, glue=g, device=device)
-                l0, l1 = bcr_labels(f, k1=k1, k2=k2, seed=seed)
-                d_g[i, j] += (_ari(l1, t) - _ari(l0, t)) / reps
-                a_g[i, j] += _ari(l0, t) / reps
-            for j, sp in enumerate(seps):
-                f, t = planted_clusters(n_ids, per_id, dim, s, np.random.default_rng([seed, r, i, j, 2]),
-                                        bimodal=bimodal, sep=sp, device=device)
-                l0, l1 = bcr_labels(f, k1=k1, k2=k2, seed=seed)
-                d_b[i, j] += (_ari(l1, t) - _ari(l0, t)) / reps
-                a_b[i, j] += _ari(l0, t) / reps
-    return PhaseDiagram(np.asarray(spreads), np.asarray(glues), np.asarray(seps), d_g, d_b, a_g, a_b)
+            for i, s in enumerate(spreads):
+                for j, x in enumerate(grid):
+                    kw = {} if x is None else dict(glued=glued, glue=x) if k == 1 else dict(bimodal=bimodal, sep=x)
+                    f, t = planted_clusters(n_ids, per_id, dim, s, np.random.default_rng([seed, r, i, j, k]),
+                                            device=device, **kw)
+                    l0, l1 = bcr_labels(f, k1=k1, k2=k2, seed=seed)
+                    ari0[regime][r, i, j], ari1[regime][r, i, j] = _ari(l0, t), _ari(l1, t)
+    ari0["plain"], ari1["plain"] = ari0["plain"][..., 0], ari1["plain"][..., 0]
+    return PhaseDiagram(np.asarray(spreads), np.asarray(glues), np.asarray(seps), ari0, ari1)
 
 
 def two_groups(m1: int, m2: int, distance: float, spread: float, rng: np.random.Generator, *, n_bg: int = 10,
