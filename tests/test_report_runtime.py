@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -183,3 +184,54 @@ def test_claim_refuses_impossible_rules_and_values_that_are_not_numbers():
             Claim("C4", "x", paper=1, measured=bad, lo=0)
     assert Claim("C4", "x", paper=1, measured=np.float32(0.5), lo=0, hi=float("inf")).holds
     assert Claim("C4", "x", paper=1, measured=np.int64(3), lo=0).verdict == "Re"
+
+
+def _noisy(x: int) -> tuple[int, float, float]:
+    """Uses the global generators, so the result depends on the state each item starts from."""
+    import numpy as np
+
+    return x * x, float(torch.rand(1)), float(np.random.rand())  # noqa: NPY002 (the global state is the point)
+
+
+@pytest.mark.parametrize("n_workers", [2, 3, 5])
+def test_parallel_map_gives_the_serial_results_for_any_worker_count(n_workers):
+    serial = runtime.parallel_map(_noisy, range(5), 1, seed=7)
+    after_serial = float(torch.rand(1))
+    assert [r[0] for r in serial] == [0, 1, 4, 9, 16]
+    assert len({r[1] for r in serial}) == 5  # each item its own stream
+    assert runtime.parallel_map(_noisy, range(5), n_workers, seed=7) == serial
+    assert float(torch.rand(1)) == after_serial  # the state after the map does not depend on the workers
+    assert runtime.parallel_map(_noisy, range(5), n_workers, seed=8) != serial
+
+
+def test_parallel_map_takes_closures_and_raises_a_workers_error_with_its_traceback():
+    offset = 10
+    assert runtime.parallel_map(lambda x: x + offset, [1, 2, 3], 2) == [11, 12, 13]
+
+    def bad(x):
+        if x == 0:  # item 0 goes to the forked worker, not the parent
+            raise ValueError("item zero is bad")
+        return x
+
+    with pytest.raises(RuntimeError, match=r"item\(s\) \[0\] raised in a worker:\nValueError: item zero is bad"):
+        runtime.parallel_map(bad, [0, 1], 2)
+    with pytest.raises(ValueError, match="n_workers"):
+        runtime.parallel_map(bad, [0, 1], 0)
+
+
+def test_workers_reads_the_environment_and_refuses_nonsense(monkeypatch):
+    monkeypatch.setenv(runtime.WORKERS_ENV, "3")
+    assert runtime.workers() == 3
+    monkeypatch.setenv(runtime.WORKERS_ENV, "0")
+    with pytest.raises(ValueError, match="REPRO_WORKERS"):
+        runtime.workers()
+    monkeypatch.delenv(runtime.WORKERS_ENV)
+    assert runtime.workers() >= 1
+
+
+def test_run_map_is_the_plain_loop_outside_quick_mode_on_cpu(monkeypatch):
+    monkeypatch.setenv(runtime.WORKERS_ENV, "2")
+    pids = runtime.setup("05-linear-contracts", "quick", 0, "cpu").map(lambda _: os.getpid(), [0, 1])
+    assert pids[1] == os.getpid() != pids[0]  # the parent runs the last share, a worker the first
+    full = runtime.setup("05-linear-contracts", "full", 0, "cpu")
+    assert full.map(lambda _: os.getpid(), [0, 1]) == [os.getpid()] * 2

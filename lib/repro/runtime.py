@@ -12,11 +12,14 @@ which validates them, seeds every generator, pins threads in quick mode and star
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import random
 import re
 import time
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +29,8 @@ import torch
 from .tools import offline, paths, portable, registry, trace
 from .tools.paths import MODES, check_mode
 
-__all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "seed_everything", "setup"]
+__all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "parallel_map", "seed_everything",
+           "setup", "workers"]
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SLUG_RE = re.compile(r"^\d\d-[a-z0-9-]+$")
@@ -114,6 +118,13 @@ class Run:
             raise KeyError(f"full-mode settings {unknown} have no quick-mode default")
         return {**quick, **full} if self.mode == "full" else dict(quick)
 
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``[fn(x) for x in items]``, the items shared among this machine's cores when that cannot change a
+        number: in quick mode on CPU (one thread per process, so each core runs one item at a time). On CUDA
+        and in full mode (torch's own threading) it is the plain loop. See :func:`parallel_map`."""
+        n = workers() if self.quick and self.device.type == "cpu" else 1
+        return parallel_map(fn, items, n, seed=self.seed)
+
     def savefig(self, fig: Any, name: str) -> None:
         """Save ``fig`` as ``results/figures/<slug>/<name>.png`` (for readers who want the files); the notebook
         still shows it inline, and the book renders that inline copy. Returns nothing, so a cell may end with it
@@ -167,6 +178,91 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     trace.install_if_requested()
     start_clock()
     return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())
+
+
+WORKERS_ENV = "REPRO_WORKERS"
+
+
+def workers() -> int:
+    """How many processes :meth:`Run.map` may use: ``$REPRO_WORKERS`` if set, else the cores this process may
+    run on."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"${WORKERS_ENV} must be a positive integer, got {raw!r}")
+        return int(raw)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _item_seed(seed: int, index: int) -> int:
+    """The global-RNG seed item ``index`` starts from: a function of the run's seed and the index alone."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0])
+
+
+def _run_items(fn: Callable[[Any], Any], items: Sequence[Any], indices: Sequence[int], seed: int) -> list[Any]:
+    out = []
+    for i in indices:
+        seed_everything(_item_seed(seed, i))
+        out.append(fn(items[i]))
+    return out
+
+
+def _child(conn: Any, fn: Callable[[Any], Any], items: Sequence[Any], indices: Sequence[int], seed: int) -> None:
+    try:
+        payload = ("ok", _run_items(fn, items, indices, seed))
+    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it with this traceback)
+        payload = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    conn.send_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+    conn.close()
+
+
+def parallel_map(fn: Callable[[Any], Any], items: Sequence[Any], n_workers: int = 1, *, seed: int = 0) -> list[Any]:
+    """``[fn(x) for x in items]`` in up to ``n_workers`` processes (forked, so ``fn`` may be a closure; POSIX
+    only, else the plain loop). Item ``i`` starts from global random states that depend on ``seed`` and ``i``
+    alone (:func:`seed_everything`), so the results are the same for any number of workers, and the same as
+    ``n_workers=1``. Items go round-robin to the workers; the parent process runs the last share itself. An
+    exception in a worker is raised here as a ``RuntimeError`` carrying the worker's traceback. Results travel
+    back pickled: keep them to tensors and plain objects (and do not use this with CUDA tensors)."""
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    items = list(items)
+    n = min(n_workers, len(items))
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        out = _run_items(fn, items, range(len(items)), seed)
+        seed_everything(_item_seed(seed, len(items)))
+        return out
+    shares = [list(range(w, len(items), n)) for w in range(n)]
+    ctx = multiprocessing.get_context("fork")
+    procs = []
+    try:
+        for share in shares[:-1]:
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(send, fn, items, share, seed), daemon=True)
+            proc.start()
+            send.close()
+            procs.append((proc, recv, share))
+        results = dict(zip(shares[-1], _run_items(fn, items, shares[-1], seed), strict=True))
+        for proc, recv, share in procs:
+            results.update(zip(share, _receive(proc, recv, share), strict=True))
+    finally:
+        for proc, _, _ in procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+    seed_everything(_item_seed(seed, len(items)))  # the same state after the map for any number of workers
+    return [results[i] for i in range(len(items))]
+
+
+def _receive(proc: Any, recv: Any, share: list[int]) -> list[Any]:
+    """A worker's results, or its error raised here."""
+    try:
+        status, value = pickle.loads(recv.recv_bytes())
+    except EOFError:
+        proc.join()
+        raise RuntimeError(f"a worker of parallel_map died (exit code {proc.exitcode}) on items {share}") from None
+    if status == "error":
+        raise RuntimeError(f"parallel_map: item(s) {share} raised in a worker:\n{value}")
+    return value
 
 
 def start_clock() -> None:

@@ -60,6 +60,7 @@ from .experiment import (
     REGIMES,
     Config,
     PhaseDiagram,
+    SeedRun,
     Summary,
     bcr_mechanics,
     bcr_phase_diagram,
@@ -67,6 +68,7 @@ from .experiment import (
     planted_clusters,
     prepare,
     run_seed,
+    seed_run,
     summarize,
     uda,
 )
@@ -89,11 +91,11 @@ from .synth import (
 
 __all__ = [
     "ARMS", "REGIMES", "SCR", "SDH", "SIA", "SOURCE", "TARGET", "BCRStats", "Backbone", "ClusterMemory", "Config",
-    "DomainConfig", "Head", "Identity", "MultiScaleConv", "PhaseDiagram", "ReIDNet", "SearchResult", "Summary",
-    "TripletAttention",
+    "DomainConfig", "Head", "Identity", "MultiScaleConv", "PhaseDiagram", "ReIDNet", "SearchResult", "SeedRun",
+    "Summary", "TripletAttention",
     "adabn", "average_precision", "bcr_labels", "bcr_mechanics", "bcr_phase_diagram", "cluster", "corrected_distance",
     "crop_rois", "dbscan_labels", "detector", "evaluate", "experiment", "jaccard_distance", "make_config",
     "make_identities", "make_scene", "make_split", "memory", "merge_matrix", "modules", "network", "oracle_search",
     "person_search_map", "planted_clusters", "prepare", "pseudo_ids", "render_person", "run_seed", "sample_nuisance",
-    "scale_sweep_domain", "split_matrix", "summarize", "synth", "uda",
+    "scale_sweep_domain", "seed_run", "split_matrix", "summarize", "synth", "uda",
 ]

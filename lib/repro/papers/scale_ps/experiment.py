@@ -399,6 +399,13 @@ def run_seed(prep: Prepared, cfg: Config, arms: tuple[str, ...] = ARMS, detector
     return run
 
 
+def seed_run(cfg: Config, seed: int, device: torch.device | str = "cpu", arms: tuple[str, ...] = ARMS,
+             detector_steps: int = 0) -> SeedRun:
+    """One seed end to end, :func:`prepare` then :func:`run_seed`: a pure function of ``(cfg, seed)`` (every
+    generator it uses is seeded from ``seed``), so seeds may run in parallel processes."""
+    return run_seed(prepare(cfg, seed, device), cfg, arms, detector_steps)
+
+
 def detector_search(data: Data, arms: dict[str, ArmResult], cfg: Config, seed: int, steps: int,
                     device: torch.device | str = "cpu") -> tuple[dict[str, SearchResult], float]:
     """Person search on ``T_test`` with the tiny detector (trained on the source scenes): queries are ground-truth
