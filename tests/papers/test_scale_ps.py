@@ -436,7 +436,7 @@ def test_detector_focal_loss_and_targets_match_centernet_formulas():
     assert detector.focal_loss(logits, heat).item() == pytest.approx(loss, rel=1e-5)  # one centre
 
 
-def test_seed_run_does_not_depend_on_the_global_generators():
+def test_run_seeds_does_not_depend_on_the_global_generators_or_the_arm_order():
     """The notebook runs seeds in parallel processes (runtime.Run.map); that gives a loop's numbers only if a
     seed's run uses no generator it does not seed itself."""
     cfg, arms = _tiny_cfg(), ("source-only", "UDA+BCR")
@@ -444,6 +444,8 @@ def test_seed_run_does_not_depend_on_the_global_generators():
     for scramble in (1, 2):
         torch.manual_seed(scramble)
         np.random.seed(scramble)  # noqa: NPY002 (the global state is what is scrambled)
-        r = experiment.seed_run(cfg, 3, "cpu", arms)
+        r = experiment.run_seeds(cfg, [3], "cpu", arms)[0]
         results.append([(a.t_test.mAP, a.s_src.mAP, [q["clusters"] for q in a.rounds]) for a in r.arms.values()])
     assert results[0] == results[1]
+    whole = experiment.run_seed(experiment.prepare(cfg, 3), cfg, arms)  # all arms in one call, as before
+    assert [(a.t_test.mAP, a.s_src.mAP, [q["clusters"] for q in a.rounds]) for a in whole.arms.values()] == results[0]

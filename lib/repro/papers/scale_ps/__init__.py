@@ -68,7 +68,7 @@ from .experiment import (
     planted_clusters,
     prepare,
     run_seed,
-    seed_run,
+    run_seeds,
     summarize,
     uda,
 )
@@ -97,5 +97,5 @@ __all__ = [
     "crop_rois", "dbscan_labels", "detector", "evaluate", "experiment", "jaccard_distance", "make_config",
     "make_identities", "make_scene", "make_split", "memory", "merge_matrix", "modules", "network", "oracle_search",
     "person_search_map", "planted_clusters", "prepare", "pseudo_ids", "render_person", "run_seed", "sample_nuisance",
-    "scale_sweep_domain", "seed_run", "split_matrix", "summarize", "synth", "uda",
+    "run_seeds", "scale_sweep_domain", "split_matrix", "summarize", "synth", "uda",
 ]

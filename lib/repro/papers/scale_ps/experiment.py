@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -388,10 +390,11 @@ def prepare(cfg: Config, seed: int, device: torch.device | str = "cpu") -> Prepa
     return Prepared(seed, data, net, sweep, cache_maps(net.backbone, data))
 
 
-def run_seed(prep: Prepared, cfg: Config, arms: tuple[str, ...] = ARMS, detector_steps: int = 0) -> SeedRun:
-    """Every arm of a prepared seed; with ``detector_steps > 0`` also train the tiny detector on the source scenes
-    and evaluate person search on ``T_test`` with detections."""
-    res = run_arms(prep.net, prep.maps, prep.data, cfg, prep.seed, arms)
+def run_seed(prep: Prepared, cfg: Config, arms: tuple[str, ...] = ARMS, detector_steps: int = 0,
+             results: dict[str, ArmResult] | None = None) -> SeedRun:
+    """Every arm of a prepared seed (or the given ``results`` of its arms); with ``detector_steps > 0`` also
+    train the tiny detector on the source scenes and evaluate person search on ``T_test`` with detections."""
+    res = run_arms(prep.net, prep.maps, prep.data, cfg, prep.seed, arms) if results is None else results
     run = SeedRun(prep.seed, prep.data, prep.sweep, res)
     if detector_steps:
         dev = prep.maps.source.x.device
@@ -399,11 +402,29 @@ def run_seed(prep: Prepared, cfg: Config, arms: tuple[str, ...] = ARMS, detector
     return run
 
 
-def seed_run(cfg: Config, seed: int, device: torch.device | str = "cpu", arms: tuple[str, ...] = ARMS,
-             detector_steps: int = 0) -> SeedRun:
-    """One seed end to end, :func:`prepare` then :func:`run_seed`: a pure function of ``(cfg, seed)`` (every
-    generator it uses is seeded from ``seed``), so seeds may run in parallel processes."""
-    return run_seed(prepare(cfg, seed, device), cfg, arms, detector_steps)
+Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
+
+
+def _loop(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    return [fn(x) for x in items]
+
+
+def run_seeds(cfg: Config, seeds: Sequence[int], device: torch.device | str = "cpu", arms: tuple[str, ...] = ARMS,
+              detector_steps: int = 0, mapper: Mapper = _loop) -> list[SeedRun]:
+    """Every seed end to end: :func:`prepare` per seed, then each (seed, arm) on its own, then the detector (full
+    mode). ``mapper(fn, items)`` must return ``[fn(x) for x in items]``; the notebook passes
+    ``repro.runtime.Run.map``, which shares the items among the cores (one arm is a task, so the load balances).
+    Every step is a pure function of ``(cfg, seed)``: each generator it uses is seeded from ``seed``."""
+    prepared = mapper(lambda s: prepare(cfg, s, device), list(seeds))
+    tasks = [(i, arm) for i in range(len(prepared)) for arm in arms]
+
+    def one_arm(task: tuple[int, str]) -> ArmResult:
+        p = prepared[task[0]]
+        return run_arms(p.net, p.maps, p.data, cfg, p.seed, (task[1],))[task[1]]
+
+    done = dict(zip(tasks, mapper(one_arm, tasks), strict=True))
+    return [run_seed(p, cfg, arms, detector_steps, results={a: done[i, a] for a in arms})
+            for i, p in enumerate(prepared)]
 
 
 def detector_search(data: Data, arms: dict[str, ArmResult], cfg: Config, seed: int, steps: int,
