@@ -222,3 +222,37 @@ def test_an_emulated_other_machine_has_another_numeric_identity(monkeypatch):
     there = provenance.cpu_identity()
     assert (here["cpu"], here["cpu_flags"]) == (there["cpu"], there["cpu_flags"])
     assert here["numeric_env"] != there["numeric_env"]
+
+
+def test_a_committed_full_mode_run_is_shown_beside_quick_mode_and_a_changed_verdict_is_named(tmp_path):
+    make_book(tmp_path, ["01-a", "02-b"])
+    book.sync(tmp_path)
+    for stem in ("01-a", "02-b"):
+        write_result(tmp_path, stem)
+    claim = {"id": "C1", "kind": "paper", "text": "It works.", "paper": '"it works"', "where": "abstract",
+             "metric": "gain", "unit": "", "rule": ">= 0", "lo": 0.0, "hi": None, "asserted": False, "analogue": True,
+             "timing": False, "evidence": "3 seeds", "measured": 1.0, "interval": [0.5, 1.5], "n": 3, "level": 0.95,
+             "control": {"none": "a test"}, "verdict": "~Re"}
+    for stem in ("01-a", "02-b"):
+        rec = json.loads((tmp_path / "results" / f"{stem}.json").read_text())
+        rec["claims"] = [claim]
+        (tmp_path / "results" / f"{stem}.json").write_text(json.dumps(rec))
+    full = json.loads((tmp_path / "results" / "01-a.json").read_text())
+    full.update(mode="full", runtime_s=2160, hardware={"cpu_count": 2, "gpu": None},
+                claims=[{**claim, "interval": [-1.0, -0.5], "verdict": "not Re"}])
+    (tmp_path / "results" / "full").mkdir()
+    (tmp_path / "results" / "full" / "01-a.json").write_text(json.dumps(full))
+    book.sync(tmp_path)
+    papers = {p.stem: p for p in book.load_registry(tmp_path)[1]}
+    box = book.verdict_box(tmp_path, papers["01-a"])
+    assert "> **Full mode** (2 CPU cores, 36 min, an uncommitted tree): paper claims 1 not Re" in box
+    assert "verdicts that differ from quick mode: **C1** ~Re → **not Re**" in box
+    assert "**C1 ~Re** (full mode: **not Re**): It works." in box
+    assert "Full mode" not in book.verdict_box(tmp_path, papers["02-b"])  # no full run: nothing claimed
+    page = (tmp_path / "book" / "results.md").read_text()
+    assert "| 1 verdict differs |" in page and "| not run |" in page
+    assert page.count("| **C1** ") == 3  # quick tables of both papers, and 01's full-mode table
+    readme = (tmp_path / "README.md").read_text()
+    assert "The counts are quick mode's" in readme and "Full-mode runs committed: 01 (2 CPU cores, 36 min" in readme
+    edit_markdown(tmp_path, "01-a", "## The paper, edited")
+    assert "the notebook has changed since" in book.verdict_box(tmp_path, papers["01-a"])

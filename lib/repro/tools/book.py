@@ -122,7 +122,7 @@ def totals_line(root: Path) -> str:
     """The book's bottom line in one sentence: paper claims by all five verdicts, checks apart."""
     t = book_totals(root)
     paper = sum(t[v] for v in VERDICTS)
-    return (f"**{paper} paper claims**: " + ", ".join(f"{t[v]} {v}" for v in VERDICTS)
+    return (f"**{paper} paper claims** (quick mode): " + ", ".join(f"{t[v]} {v}" for v in VERDICTS)
             + f"; **{t['pass'] + t['fail']} checks** of our code: {t['pass']} pass, {t['fail']} fail.")
 
 
@@ -134,6 +134,48 @@ def quick_runtime(root: Path, paper: Paper) -> str:
     hw = entry.get("hardware", {})
     where = hw.get("gpu") or f"{hw.get('cpu_count', '?')} CPU cores"
     return f"{entry['seconds']:.0f} s on {where}"
+
+
+def full_record(root: Path, paper: Paper) -> dict[str, Any] | None:
+    """The committed full-mode results of a paper (``results/full/NN-slug.json``), ``None`` if it has none."""
+    return _read_json(results_path(root, paper, "full"))
+
+
+def full_where(root: Path, paper: Paper, rec: dict[str, Any]) -> str:
+    """Where and how long a full-mode record ran, and at which commit: '2 CPU cores, 36 min, commit `abc1234`'
+    (with a warning when the notebook has changed since)."""
+    hw = rec.get("hardware") or {}
+    where = hw.get("gpu") or f"{hw.get('cpu_count', '?')} CPU cores"
+    secs = float(rec.get("runtime_s") or 0)
+    took = f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
+    src = rec.get("sources") or {}
+    commit = str(src.get("commit") or "")[:7]
+    parts = [where, took, f"commit `{commit}`" if commit else "an uncommitted tree"]
+    nb = paper.notebook(root)
+    if src.get("notebook") and nb.exists() and src["notebook"] != provenance.notebook_source_hash(nb):
+        parts.append("the notebook has changed since")
+    return ", ".join(parts)
+
+
+def verdict_changes(quick: dict[str, Any] | None, full: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(claim, quick verdict, full verdict) for every claim whose full-mode verdict differs from quick mode's
+    ('not run' where a mode lacks the claim), in the full record's order."""
+    q = {c["id"]: c.get("verdict", "") for c in (quick or {}).get("claims", [])}
+    return [(c["id"], q.get(c["id"], "not run"), c.get("verdict", "")) for c in full.get("claims", [])
+            if q.get(c["id"], "not run") != c.get("verdict", "")]
+
+
+def full_line(root: Path, paper: Paper, quick: dict[str, Any] | None) -> str:
+    """One sentence on a paper's committed full-mode run: where, its verdict counts and what differs from quick
+    mode; empty when it has none."""
+    full = full_record(root, paper)
+    if full is None:
+        return ""
+    diff = verdict_changes(quick, full)
+    moved = ("verdicts that differ from quick mode: " + ", ".join(f"**{i}** {a} → **{b}**" for i, a, b in diff)
+             if diff else "every verdict as in quick mode")
+    return (f"**Full mode** ({full_where(root, paper, full)}): paper claims {verdict_counts(full)}; checks "
+            f"{check_counts(full)}; {moved}.")
 
 
 BAR_COLORS = VERDICT_COLORS
@@ -157,13 +199,32 @@ def render_overview(root: Path) -> list[str]:
     rows = ["## Overview", "", totals_line(root), "",
             "One row per paper: its paper claims by verdict and the checks of our own code, one block per claim. "
             f"Legend: {legend} (checks: pass / fail).", "",
-            "| # | paper | verdicts | paper claims | checks |", "|---|---|---|---|---|"]
+            "| # | paper | verdicts | paper claims | checks | full mode |", "|---|---|---|---|---|---|"]
     for p in papers:
         rec = _read_json(p.results(root))
         if p.notebook(root).exists() and rec is not None:
             rows.append(f"| {p.number} | [{p.title}](#results-{p.number}) | {verdict_bar(rec)} | "
-                        f"{verdict_counts(rec)} | {check_counts(rec)} |")
+                        f"{verdict_counts(rec)} | {check_counts(rec)} | {_full_cell(root, p, rec)} |")
     return rows + [""]
+
+
+def _full_cell(root: Path, paper: Paper, quick: dict[str, Any]) -> str:
+    """The overview's full-mode column: how many verdicts differ from quick mode, or that none ran."""
+    full = full_record(root, paper)
+    if full is None:
+        return "not run"
+    n = len(verdict_changes(quick, full))
+    if n == 0:
+        return "same verdicts"
+    return "1 verdict differs" if n == 1 else f"{n} verdicts differ"
+
+
+def _full_section(root: Path, paper: Paper, quick: dict[str, Any]) -> list[str]:
+    """Under a paper's quick-mode table: its committed full-mode run, with the whole table."""
+    full = full_record(root, paper)
+    if full is None:
+        return []
+    return [full_line(root, paper, quick), "", claims_markdown(full["claims"]), ""]
 
 
 def _revisions(rec: dict[str, Any]) -> list[str]:
@@ -180,7 +241,9 @@ def render_results_page(root: Path) -> str:
     """``book/results.md``: the overview, then every claim of every notebook, from ``results/NN-slug.json``."""
     _, papers = load_registry(root)
     lines = ["# Results: every claim", "", f"<!-- {GENERATED} -->", "",
-             "Each row is one claim of one paper, as checked by the last cell of its notebook in quick mode. "
+             "Each row is one claim of one paper, as checked by the last cell of its notebook in quick mode (the "
+             "configuration CI re-executes); where a full-mode run is committed, its table follows, with the verdicts "
+             "that differ named. "
              "A *paper* claim is a statement of the paper (Re, ~Re, not Re, inconclusive, untested); a *check* tests "
              "our implementation against a reference (pass, fail) and is never counted as a reproduction. "
              "*asserted* claims fail the notebook (and CI) when they do not hold; *reported* ones are shown for "
@@ -194,6 +257,7 @@ def render_results_page(root: Path) -> str:
                   f"Paper claims: {verdict_counts(rec)}; checks of our code: {check_counts(rec)} "
                   f"(mode {rec['mode']}, seed {rec['seed']}).", "",
                   claims_markdown(rec["claims"]), ""]
+        lines += _full_section(root, p, rec)
         lines += _figure_links(p, provenance.read_notebook(p.notebook(root)))
         lines += _revisions(rec)
     return "\n".join(lines)
@@ -229,7 +293,15 @@ def render_readme_table(root: Path) -> str:
     t = book_totals(root)
     rows.append("| | **all papers** | | " + " | ".join(f"**{t[v]}**" for v in VERDICTS)
                 + f" | **{t['pass']} of {t['pass'] + t['fail']} pass** | |")
-    return "\n".join(rows)
+    return "\n".join(rows) + "\n\n" + _mode_note(root, papers)
+
+
+def _mode_note(root: Path, papers: list[Paper]) -> str:
+    """Under the README's table: which mode the counts count, and each committed full-mode run."""
+    runs = [f"{p.number} ({full_line(root, p, _read_json(p.results(root))).removeprefix('**Full mode** (')}"
+            for p in papers if p.notebook(root).exists() and full_record(root, p) is not None]
+    return ("The counts are quick mode's (seed 0, the configuration CI re-executes). "
+            + ("Full-mode runs committed: " + "; ".join(runs) if runs else "No full-mode run is committed yet."))
 
 
 def render_package_index(root: Path) -> str:
@@ -296,11 +368,16 @@ def verdict_box(root: Path, paper: Paper) -> str:
                                   f"executed {when} UTC" if when else "", quick_runtime(root, paper)) if x)
     lines.append(f"> **Our verdict** ({rec['mode']} mode, seed {rec['seed']}; {where}): paper claims "
                  f"{verdict_counts(rec)}; checks of our code {check_counts(rec)}.")
+    full = full_line(root, paper, rec)
+    if full:
+        lines += [">", f"> {full}"]
+    moved = {i: b for i, _, b in verdict_changes(rec, full_record(root, paper) or {})}
     claims = [c for c in rec.get("claims", []) if c.get("verdict") in VERDICTS]
     if claims:
         lines.append(">")
-        lines += [f"> - {swatch(c['verdict'], 10)} **{c['id']} {c['verdict']}**: {_short(str(c.get('text', '')))}"
-                  for c in claims]
+        lines += [f"> - {swatch(c['verdict'], 10)} **{c['id']} {c['verdict']}**"
+                  + (f" (full mode: **{moved[c['id']]}**)" if c["id"] in moved else "")
+                  + f": {_short(str(c.get('text', '')))}" for c in claims]
     lines += [">", "> Every claim with its value, interval, control and rule: "
                    "[Paper vs. reproduced](#paper-vs-reproduced) at the end of this page."]
     return "\n".join(lines)
