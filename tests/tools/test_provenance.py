@@ -250,7 +250,7 @@ def test_a_committed_full_mode_run_is_shown_beside_quick_mode_and_a_changed_verd
     assert "**C1 ~Re** (full mode: **not Re**): It works." in box
     assert "Full mode" not in book.verdict_box(tmp_path, papers["02-b"])  # no full run: nothing claimed
     page = (tmp_path / "book" / "results.md").read_text()
-    assert "| 1 verdict differs |" in page and "| not run |" in page
+    assert "| 1 verdict differs |" in page and "| — |" in page
     assert page.count("| **C1** ") == 3  # quick tables of both papers, and 01's full-mode table
     readme = (tmp_path / "README.md").read_text()
     assert "The counts are quick mode's" in readme and "Full-mode runs committed: 01 (2 CPU cores, 36 min" in readme

@@ -209,10 +209,10 @@ def render_overview(root: Path) -> list[str]:
 
 
 def _full_cell(root: Path, paper: Paper, quick: dict[str, Any]) -> str:
-    """The overview's full-mode column: how many verdicts differ from quick mode, or that none ran."""
+    """The overview's full-mode column: how many verdicts differ from quick mode ('—' where none is committed)."""
     full = full_record(root, paper)
     if full is None:
-        return "not run"
+        return "—"
     n = len(verdict_changes(quick, full))
     if n == 0:
         return "same verdicts"
@@ -348,6 +348,9 @@ def header_source(root: Path, paper: Paper) -> str:
 def _short(text: str, limit: int = 120) -> str:
     """The first sentence of a claim's statement, cut at a word before ``limit`` characters."""
     first = re.split(r"(?<=[.;:])\s", text.strip(), maxsplit=1)[0]
+    if len(first) <= limit and first.count("(") == first.count(")"):
+        return first
+    first = text.strip() if len(first) <= limit else first  # a cut inside brackets: cut at the limit instead
     if len(first) <= limit:
         return first
     return first[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
