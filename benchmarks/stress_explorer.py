@@ -11,8 +11,8 @@ Variants, interleaved round-robin so a load change hits all of them alike:
   sliders update), the change proposed for ``plotting.explorer``'s live path;
 * ``plain``: the same notebook without any explorer (a control).
 
-``--launcher runner`` runs ``python -m repro.tools.batch`` (papermill with the runner's client fix,
-``repro.tools.batch.rearm_asyncio_sends``) instead of plain ``python -m papermill``.
+``--launcher runner`` runs ``python -m repro.tools.launcher`` (papermill with the runner's client fix,
+``repro.tools.launcher.rearm_asyncio_sends``) instead of plain ``python -m papermill``.
 
 ``--burn N`` keeps N busy-looping processes running for the whole stress (both cores busy). On a hang the
 script dumps the Python stacks of papermill and the kernel (``faulthandler`` on SIGUSR1, installed through a
@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 
 import nbformat
+
+from repro.tools.execute import kill_tree
 
 VARIANTS = ("interact", "live", "headless", "handle", "plain")
 
@@ -286,21 +288,6 @@ def _dump_stacks(pid: int) -> list[int]:
     return [p.pid for p in procs]
 
 
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        procs = [*psutil.Process(pid).children(recursive=True), psutil.Process(pid)]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=10)
-
-
 def run_once(python: str, nb: Path, out: Path, variant: str, timeout: float, diag: Path, trace: bool,
              execution_timeout: int | None, extra_env: dict[str, str], launcher: str = "papermill") -> dict:
     """One papermill run of ``nb``; returns its record (status ok | failed | hang, seconds, where it hung)."""
@@ -315,7 +302,7 @@ def run_once(python: str, nb: Path, out: Path, variant: str, timeout: float, dia
     if trace:
         env["STRESS_TRACE"] = "1"
     partial = run_diag / "executed.ipynb"
-    module = "repro.tools.batch" if launcher == "runner" else "papermill"
+    module = "repro.tools.launcher" if launcher == "runner" else "papermill"
     cmd = [python, "-m", module, str(nb), str(partial), "-k", "python3", "--cwd", str(nb.parent),
            "--no-progress-bar", "--log-level", "DEBUG" if trace else "WARNING"]
     if execution_timeout:
@@ -336,7 +323,7 @@ def run_once(python: str, nb: Path, out: Path, variant: str, timeout: float, dia
             record["after_probe"] = f"finished, rc {proc.returncode}"
         except subprocess.TimeoutExpired:
             record["after_probe"] = "still hung"
-            _kill_tree(proc.pid)
+            kill_tree(proc.pid)
             log, _ = proc.communicate()
     record["seconds"] = round(time.time() - start, 2)
     if record["status"] != "ok":
@@ -365,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--execution-timeout", type=int, default=None, help="papermill's per-cell timeout")
     p.add_argument("--trace", action="store_true", help="log every Jupyter message of both processes")
     p.add_argument("--launcher", choices=("papermill", "runner"), default="papermill",
-                   help="plain `python -m papermill`, or the runner's `python -m repro.tools.batch` (client fix)")
+                   help="plain `python -m papermill`, or the runner's `python -m repro.tools.launcher` (client fix)")
     p.add_argument("--python", default=sys.executable, help="interpreter with papermill, ipykernel, repro")
     p.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for papermill and the kernel")
     p.add_argument("--out", type=Path, default=None, help="where hung runs' diagnostics go (default: a tempdir)")

@@ -187,7 +187,7 @@ def explorer(draw: Callable[..., None], frames: Sequence[Mapping[str, Any]] | No
 
         # Sliders and a display handle, no Output widget (so no ``interact``): a client without a frontend
         # (papermill, nbconvert) mimics an Output widget by writing on the shell channel while it awaits the
-        # cell's reply, and jupyter_client >= 8 can lose that reply (issue 12; repro.tools.batch).
+        # cell's reply, and jupyter_client >= 8 can lose that reply (issue 12; repro.tools.launcher).
         controls = {k: widgets.SelectionSlider(options=v, value=v[0], description=k) for k, v in sliders.items()}
         fig, axes = plt.subplots(nrows, ncols, figsize=figsize, layout="constrained")
         plt.close(fig)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from fixture_notebooks import make_notebook
 
-from repro.tools import batch, provenance
+from repro.tools import batch, manifest, provenance, tasks
 
 FINISH = (
     "from repro.report import Claim, finish\n"
@@ -186,9 +186,9 @@ def test_full_mode_leaves_the_committed_notebook_alone(root):
 
 
 def _record_many(root: str, prefix: str) -> None:
-    man = batch.Manifest(Path(root))
+    man = manifest.Manifest(Path(root))
     for i in range(15):
-        man.record(batch.Outcome(notebook=f"{prefix}-{i:02d}", mode="quick", seed=0, status="ok", seconds=0.0))
+        man.record(manifest.Outcome(notebook=f"{prefix}-{i:02d}", mode="quick", seed=0, status="ok", seconds=0.0))
 
 
 def test_two_runs_at_once_keep_each_others_manifest_records(root):
@@ -216,11 +216,11 @@ def test_the_client_fills_in_the_commit_a_scratch_kernel_cannot_see(root, monkey
         return "c0ffee"
 
     monkeypatch.setattr(provenance, "commit_if_clean", commit_if_clean)
-    result = batch.run_task(batch.make_task(root, nb, "quick"))
+    result = tasks.run_task(tasks.make_task(root, nb, "quick"))
     assert json.loads(result.files["results/01-ok.json"])["sources"]["commit"] is None  # as the kernel saw it
-    out = batch.deliver(root, nb, result)
+    out = tasks.deliver(root, nb, result)
     rec = json.loads((root / "results" / "01-ok.json").read_text())
     assert rec["sources"]["commit"] == out.sources["commit"] == "c0ffee"
     assert asked == [(root, nb, provenance.notebook_source_hash(nb), sorted(rec["sources"]["library_files"]))]
     with pytest.raises(ValueError, match="outside results/"):
-        batch.deliver(root, nb, batch.TaskResult(out, {"../evil.py": b""}))
+        tasks.deliver(root, nb, tasks.TaskResult(out, {"../evil.py": b""}))

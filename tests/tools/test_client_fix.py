@@ -1,4 +1,4 @@
-"""The runner's client fix (repro.tools.batch.rearm_asyncio_sends, issue 12): a reply that lands on an asyncio
+"""The runner's client fix (repro.tools.launcher.rearm_asyncio_sends, issue 12): a reply that lands on an asyncio
 socket while jupyter_client's Session.send writes on the same socket must still wake the coroutine awaiting it.
 
 The race is made deterministic: the reply arrives (over inproc, so its wake-up is pending on the socket's
@@ -16,7 +16,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
 
-from repro.tools import batch
+from repro.tools import launcher
 
 
 async def _reply_lands_during_a_send(session: Session, poll_ms: int | None = None) -> float | None:
@@ -51,8 +51,8 @@ async def _reply_lands_during_a_send(session: Session, poll_ms: int | None = Non
 
 def test_the_reply_wakes_its_waiter_with_the_fix(monkeypatch):
     monkeypatch.setattr(Session, "send", Session.send)  # restored after the test
-    batch.rearm_asyncio_sends()
-    batch.rearm_asyncio_sends()  # idempotent
+    launcher.rearm_asyncio_sends()
+    launcher.rearm_asyncio_sends()  # idempotent
     assert getattr(Session.send, "_repro_rearms", False)
     seconds = asyncio.run(_reply_lands_during_a_send(Session(key=b"k")))
     assert seconds is not None and seconds < 0.5

@@ -20,7 +20,8 @@ import psutil
 import pytest
 from fixture_notebooks import make_notebook
 
-from repro.tools import batch, book, cli, provenance
+from repro.tools import batch, book, cli, execute, provenance
+from repro.tools.manifest import Manifest, Outcome
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 LIB = Path(batch.__file__).resolve().parents[2]  # the lib/ of the repro under test, for child processes
@@ -86,7 +87,7 @@ def test_an_unreadable_manifest_is_refused_by_name_and_kept(checkout, capsys):
         assert "nothing overwrites it" in err
     assert snapshot(checkout) == before  # nothing ran, nothing was written, the bad file is kept byte for byte
     with pytest.raises(provenance.UnreadableFile, match="manifest.json"):
-        batch.Manifest(checkout).record(batch.Outcome("05-linear-contracts", "quick", 0, "ok", 1.0))
+        Manifest(checkout).record(Outcome("05-linear-contracts", "quick", 0, "ok", 1.0))
     assert man.read_bytes() == before["results/manifest.json"]
     man.write_text("[]")
     with pytest.raises(provenance.UnreadableFile, match="is not a run manifest"):
@@ -153,9 +154,9 @@ def test_bad_timeouts_fail_at_the_command_line_naming_the_option(root, option, v
 def test_the_library_checks_timeouts_before_running(root, kwargs):
     make_notebook(root, "01-x", "x = 1")
     option = "--" + next(iter(kwargs)).replace("_", "-")
-    if kwargs.get("timeout") != kwargs.get("timeout"):  # nan: the old code hung in _wait, so ask the checker only
+    if kwargs.get("timeout") != kwargs.get("timeout"):  # nan: the old code hung in its wait, so ask the checker only
         with pytest.raises(ValueError, match=option):
-            batch.check_seconds(option, kwargs["timeout"])
+            execute.check_seconds(option, kwargs["timeout"])
         return
     with pytest.raises(ValueError, match=f"{option} must be a finite number of seconds"):
         batch.run(root, "quick", progress=False, **kwargs)
@@ -163,10 +164,11 @@ def test_the_library_checks_timeouts_before_running(root, kwargs):
 
 
 def test_a_nan_timeout_cannot_hang_the_wait():
-    """D2 at its root: _wait(nan) computed max(0, nan - t) = 0 and never expired; bounded waits now."""
-    code = ("import subprocess, sys\nfrom repro.tools import batch\n"
+    """D2 at its root: the runner's wait on papermill (execute.wait) with nan computed max(0, nan - t) = 0 and
+    never expired; bounded waits now."""
+    code = ("import subprocess, sys\nfrom repro.tools import execute\n"
             "p = subprocess.Popen([sys.executable, '-c', 'print(1)'], stdout=subprocess.PIPE, text=True)\n"
-            "print(batch._wait(p, float('nan'), None).strip())")
+            "print(execute.wait(p, float('nan'), None).strip())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(LIB)})
     assert out.returncode == 0 and out.stdout.strip() == "1"
@@ -201,25 +203,25 @@ def test_a_root_that_is_not_a_checkout_exits_2(capsys):
 def test_a_failed_run_keeps_the_last_good_record_and_seeds_are_kept_apart(checkout):
     """D4: a failed run replaced the notebook's last ok record, so its README row and badge regressed to "not yet
     measured"; a --seed 3 run replaced the seed-0 record."""
-    man = batch.Manifest(checkout)
+    man = Manifest(checkout)
     stem = "05-linear-contracts"
     good = json.loads((checkout / "results" / "manifest.json").read_text())["notebooks"][stem]
     assert good["status"] == "ok"
     readme = (checkout / "README.md").read_text()
-    man.record(batch.Outcome(stem, "quick", 0, "failed", 3.0, error="RuntimeError: probe"))
-    man.record(batch.Outcome(stem, "quick", 0, "timeout", 9.0, error="timed out"))
+    man.record(Outcome(stem, "quick", 0, "failed", 3.0, error="RuntimeError: probe"))
+    man.record(Outcome(stem, "quick", 0, "timeout", 9.0, error="timed out"))
     entry = json.loads((checkout / "results" / "manifest.json").read_text())["notebooks"][stem]
     assert entry["status"] == "timeout" and entry["last_ok"]["finished"] == good["finished"]
     assert {k: v for k, v in entry["last_ok"].items()} == good
     assert book.manifest(checkout)["notebooks"][stem] == good  # what the pages show
     book.sync(checkout)
     assert (checkout / "README.md").read_text() == readme  # no row regressed
-    man.record(batch.Outcome(stem, "quick", 3, "ok", 5.0))
+    man.record(Outcome(stem, "quick", 3, "ok", 5.0))
     data = json.loads((checkout / "results" / "manifest.json").read_text())["notebooks"]
     assert data[stem]["status"] == "timeout" and data[f"{stem} (quick, seed 3)"]["seconds"] == 5.0
-    man.record(batch.Outcome(stem, "quick", 0, "ok", 4.0))
+    man.record(Outcome(stem, "quick", 0, "ok", 4.0))
     assert "last_ok" not in json.loads((checkout / "results" / "manifest.json").read_text())["notebooks"][stem]
-    assert batch.Manifest.key(stem, "full", 0) == f"{stem} (full)"
+    assert Manifest.key(stem, "full", 0) == f"{stem} (full)"
 
 
 # ------------------------------------------------------------------------------------------- D3
@@ -276,7 +278,7 @@ def test_a_run_killed_after_finish_leaves_the_old_results(root):
     assert nb.read_bytes() == before and not (root / "results" / "manifest.json").exists()
     left = list((root / "results" / ".tmp").iterdir())
     assert left  # the staging folder (and maybe the executed copy) of the killed run
-    assert sorted(batch.sweep_tmp(root / "results")) == sorted(left)
+    assert sorted(execute.sweep_tmp(root)) == sorted(left)
     assert not list((root / "results" / ".tmp").iterdir())
 
 
@@ -322,15 +324,15 @@ def test_leftovers_of_dead_runs_are_swept_and_live_ones_kept(root):
     dead.wait()
     tmp = root / "results" / ".tmp"
     tmp.mkdir()
-    gone = [tmp / f"05-x.{batch.HOST}.{dead.pid}.1.ipynb", tmp / f"05-x.{dead.pid}.7.ipynb"]
-    (tmp / f"05-x.{batch.HOST}.{dead.pid}.1").mkdir()
-    gone.append(tmp / f"05-x.{batch.HOST}.{dead.pid}.1")
-    kept = [tmp / f"05-x.{batch.HOST}.{os.getpid()}.1.ipynb", tmp / f"05-x.otherhost.{dead.pid}.1.ipynb",
+    gone = [tmp / f"05-x.{execute.HOST}.{dead.pid}.1.ipynb", tmp / f"05-x.{dead.pid}.7.ipynb"]
+    (tmp / f"05-x.{execute.HOST}.{dead.pid}.1").mkdir()
+    gone.append(tmp / f"05-x.{execute.HOST}.{dead.pid}.1")
+    kept = [tmp / f"05-x.{execute.HOST}.{os.getpid()}.1.ipynb", tmp / f"05-x.otherhost.{dead.pid}.1.ipynb",
             tmp / "notes.txt"]
     for p in [*gone, *kept]:
         if not p.exists():
             p.write_text("x")
-    assert sorted(batch.sweep_tmp(root / "results")) == sorted(gone)
+    assert sorted(execute.sweep_tmp(root)) == sorted(gone)
     assert sorted(tmp.iterdir()) == sorted(kept)
 
 
@@ -342,12 +344,12 @@ def test_a_failed_notebook_keeps_its_page_under_a_warning(checkout):
     (the generated header), and the warning goes when a run succeeds again."""
     stem = "05-linear-contracts"
     nb_path = checkout / "notebooks" / f"{stem}.ipynb"
-    man = batch.Manifest(checkout)
-    man.record(batch.Outcome(stem, "quick", 0, "ok", 28.0))
+    man = Manifest(checkout)
+    man.record(Outcome(stem, "quick", 0, "ok", 28.0))
     book.sync(checkout)
     assert "did not succeed" not in json.dumps(json.loads(nb_path.read_text())["cells"][0])
     before = provenance.notebook_source_hash(nb_path)
-    man.record(batch.Outcome(stem, "quick", 0, "failed", 3.0, error="ClaimFailed: C6 `not Re`\nmore lines",
+    man.record(Outcome(stem, "quick", 0, "failed", 3.0, error="ClaimFailed: C6 `not Re`\nmore lines",
                              output=f"results/logs/{stem}.quick.failed.ipynb"))
     book.sync(checkout)
     header = "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
@@ -356,7 +358,7 @@ def test_a_failed_notebook_keeps_its_page_under_a_warning(checkout):
     assert "what it wrote" not in header  # the kernel wrote nothing: no folder is named
     assert "last successful run" in header and "28 s on" in header  # the badge keeps the last good runtime
     assert provenance.notebook_source_hash(nb_path) == before  # a generated cell: the results stay current
-    man.record(batch.Outcome(stem, "quick", 0, "ok", 27.0))
+    man.record(Outcome(stem, "quick", 0, "ok", 27.0))
     book.sync(checkout)
     assert "did not succeed" not in "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
 

@@ -28,7 +28,7 @@ import yaml
 
 from ..report import CHECK_VERDICTS, VERDICT_COLORS, VERDICTS, claims_markdown, counts, swatch
 from . import claims as claims_registry
-from . import provenance
+from . import paths, provenance
 from .provenance import write_text_atomic
 from .registry import Paper, load_registry
 
@@ -62,9 +62,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def manifest(root: Path) -> dict[str, Any]:
     """``results/manifest.json`` as the pages show it (empty if missing; an unreadable one is an error naming the
     file, :func:`repro.tools.provenance.read_manifest`). A notebook whose last run failed shows its last
-    successful run (``last_ok``, kept by :class:`repro.tools.batch.Manifest`), so one failure does not turn its
+    successful run (``last_ok``, kept by :class:`repro.tools.manifest.Manifest`), so one failure does not turn its
     README row and badge into "not yet measured"."""
-    data = provenance.read_manifest(root / "results" / "manifest.json")
+    data = provenance.read_manifest(paths.manifest_file(root))
     data["notebooks"] = {k: (v.get("last_ok") or v) if isinstance(v, dict) and v.get("status") != "ok" else v
                          for k, v in data["notebooks"].items()}
     return data
@@ -138,7 +138,7 @@ def quick_runtime(root: Path, paper: Paper) -> str:
 
 def full_record(root: Path, paper: Paper) -> dict[str, Any] | None:
     """The committed full-mode results of a paper (``results/full/NN-slug.json``), ``None`` if it has none."""
-    return _read_json(results_path(root, paper, "full"))
+    return _read_json(paper.results(root, "full"))
 
 
 def full_where(root: Path, paper: Paper, rec: dict[str, Any]) -> str:
@@ -390,7 +390,7 @@ def failure_banner(root: Path, paper: Paper) -> str:
     """The warning a notebook's page carries while its last quick-mode run (seed 0) has failed: what failed, that
     the page shows the outputs of the last successful run (the runner never replaces them with a failed run's),
     and where the failed run's executed copy is. Empty when the last run succeeded or none is recorded."""
-    entry = provenance.read_manifest(root / "results" / "manifest.json")["notebooks"].get(paper.stem)
+    entry = provenance.read_manifest(paths.manifest_file(root))["notebooks"].get(paper.stem)
     if not isinstance(entry, dict) or entry.get("status", "ok") == "ok":
         return ""
     error = (str(entry.get("error") or "").strip().splitlines() or ["no error recorded"])[0][:240]
@@ -401,9 +401,9 @@ def failure_banner(root: Path, paper: Paper) -> str:
     else:
         shown = "the outputs committed with the notebook"
     copy = entry.get("output")
-    kept = f"results/logs/{paper.stem}.quick.failed/"
+    kept = paths.failed_dir(root, paper.stem, "quick")
     where = [f"the failed run's executed copy is `{copy}`" if copy else "the failed run left no executed copy",
-             f"what it wrote is in `{kept}`" if (root / kept).is_dir() else ""]
+             f"what it wrote is in `{kept.relative_to(root).as_posix()}/`" if kept.is_dir() else ""]
     return (f"\n\n> **Warning: the last quick-mode run of this notebook did not succeed** ({entry['status']}, "
             f"{entry.get('finished', 'time unknown')}: `{error.replace('`', chr(39))}`). This page shows {shown}; "
             + " and ".join(w for w in where if w) + ".")
@@ -658,11 +658,6 @@ class Staleness:
         return f"{self.results} ({self.reason})"
 
 
-def results_path(root: Path, paper: Paper, mode: str = "quick") -> Path:
-    """``results/NN-slug.json`` (quick) or ``results/<mode>/NN-slug.json``."""
-    return root / "results" / ("" if mode == "quick" else mode) / f"{paper.stem}.json"
-
-
 def stale_results(root: Path, mode: str = "quick") -> list[Staleness]:
     """Every results file whose recorded sources differ from the checkout (see the module docstring), in notebook
     order; notebooks without a results file are listed too (not blocking: the hygiene test checks those)."""
@@ -671,7 +666,7 @@ def stale_results(root: Path, mode: str = "quick") -> list[Staleness]:
         nb = paper.notebook(root)
         if not nb.exists():
             continue
-        path = results_path(root, paper, mode)
+        path = paper.results(root, mode)
         rel = path.relative_to(root).as_posix()
         rec = _read_json(path)
         if rec is None:

@@ -55,7 +55,7 @@ def _root(arg: str | None) -> Path:
 
 def _seconds(option: str) -> Callable[[str], float]:
     def parse(value: str) -> float:
-        from .batch import check_seconds
+        from .execute import check_seconds
 
         try:
             return check_seconds(option, float(value))  # type: ignore[return-value]

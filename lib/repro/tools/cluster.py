@@ -1,20 +1,21 @@
 """The batch runner on Dask distributed: ``python -m repro run --cluster local:N | tcp://HOST:PORT``.
 
 The runner hands notebooks to an existing distributed engine instead of growing a scheduler of its own: one Dask
-task per notebook, each a self-contained :class:`repro.tools.batch.Task` (the notebook's bytes, ``MODE``,
+task per notebook, each a self-contained :class:`repro.tools.tasks.Task` (the notebook's bytes, ``MODE``,
 ``SEED``, the timeouts, the client's library hash). A worker executes it with the runner's own papermill path in a
-scratch folder (:func:`repro.tools.batch.run_task`) and sends back the executed notebook, the results file and
+scratch folder (:func:`repro.tools.tasks.run_task`) and sends back the executed notebook, the results file and
 the figures as bytes; only the client writes into the checkout and the manifest, as each task finishes
-(:func:`repro.tools.batch.run`). No shared filesystem is assumed: a worker needs the same environment
-(``pip install -r requirements.txt`` from the same checkout, and ``python -m repro prepare`` for the offline
-models).
+(the ``finished`` of :func:`repro.tools.batch.run`, with :func:`repro.tools.tasks.deliver`). No shared filesystem
+is assumed: a worker needs the same environment (``pip install -r requirements.txt`` from the same checkout, and
+``python -m repro prepare`` for the offline models). This module imports the runner's lower modules
+(:mod:`.tasks`, :mod:`.manifest`), never :mod:`.batch`, which imports it.
 
 * ``local:N`` starts a ``LocalCluster`` of N single-threaded worker processes on this machine (``--jobs N`` is the
   same). They import the client's own ``lib/repro``, so there is no library check (a library edited during the
   run is what the sequential runner would also have run, and each kernel records the hash it saw).
 * ``tcp://HOST:PORT`` connects to a running ``dask scheduler`` (also what ``dask-jobqueue`` starts on Slurm/PBS).
   A worker whose ``repro`` library hashes differently from the client's (:func:`provenance.library_hash`)
-  refuses the task (:class:`repro.tools.batch.LibraryMismatch`), and the notebook is recorded failed with that
+  refuses the task (:class:`repro.tools.tasks.LibraryMismatch`), and the notebook is recorded failed with that
   message. In full mode, notebooks marked ``gpu: true`` in ``book/papers.yml`` request the resource ``GPU=1``:
   only workers started with ``--resources GPU=1`` take them. An unreachable scheduler is a :class:`ClusterError`
   after ``connect_timeout`` seconds.
@@ -26,7 +27,7 @@ models).
 * Faults: a notebook that raises is recorded failed like any other (the task returns normally); a worker that
   dies mid-notebook has its task rerun on another worker until Dask's ``allowed-failures`` (default 3) is spent,
   then the notebook is recorded failed with the reason. Ctrl-C (or any error) on the client sets a Dask
-  ``Event`` that the running tasks poll every :data:`repro.tools.batch.POLL_S` seconds (they then kill their
+  ``Event`` that the running tasks poll every :data:`repro.tools.execute.POLL_S` seconds (they then kill their
   papermill), cancels the rest, and leaves every finished notebook written and recorded.
 
 Dask is imported only inside these functions, so :mod:`repro.tools` stays importable without it.
@@ -46,7 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import batch, provenance
+from . import provenance
+from .manifest import Manifest
+from .tasks import LibraryMismatch, Task, TaskResult, failed_outcome, make_task, run_task
 
 CONNECT_TIMEOUT = 30.0  # s to reach a remote scheduler before giving up with a ClusterError
 
@@ -148,8 +151,9 @@ def _nanny_vars(mode: str, nanny: bool) -> tuple[str, ...]:
     return tuple(k for k in names if k in spawned and os.environ.get(k) == str(spawned[k]))
 
 
-def _on_worker(task: batch.Task, cancel_event: str) -> batch.TaskResult:
-    """The Dask task: :func:`batch.run_task` on this worker, stopped when the client sets ``cancel_event``."""
+def _on_worker(task: Task, cancel_event: str) -> TaskResult:
+    """The Dask task: :func:`repro.tools.tasks.run_task` on this worker, stopped when the client sets
+    ``cancel_event``."""
     from distributed import Event, get_worker
 
     worker = get_worker()
@@ -163,9 +167,9 @@ def _on_worker(task: batch.Task, cancel_event: str) -> batch.TaskResult:
             return False
 
     try:
-        result = batch.run_task(task, cancelled, _nanny_vars(task.mode, worker.nanny is not None))
-    except batch.LibraryMismatch as e:
-        raise batch.LibraryMismatch(f"worker {address}: {e}") from None
+        result = run_task(task, cancelled, _nanny_vars(task.mode, worker.nanny is not None))
+    except LibraryMismatch as e:
+        raise LibraryMismatch(f"worker {address}: {e}") from None
     result.outcome.worker = address
     return result
 
@@ -178,7 +182,7 @@ def _reason(exc: BaseException | None) -> str:
         last = getattr(exc.last_worker, "address", exc.last_worker)
         return (f"the worker running it died {exc.allowed_failures + 1} times (Dask's allowed failures: "
                 f"{exc.allowed_failures}); the last was {last}: see that worker's log")
-    if isinstance(exc, batch.LibraryMismatch):
+    if isinstance(exc, LibraryMismatch):
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if exc is not None else "cancelled"
 
@@ -195,7 +199,7 @@ def _warn_if_unplaceable(client: Any, spec: Spec, gpu_tasks: int) -> None:
 
 
 def run(root: Path, spec: Spec, notebooks: list[Path], mode: str, seed: int, timeout: float | None,
-        cell_timeout: float | None, retries: int, finished: Callable[[Path, Any], None], manifest: batch.Manifest,
+        cell_timeout: float | None, retries: int, finished: Callable[[Path, Any], None], manifest: Manifest,
         connect_timeout: float | None = None) -> None:
     """Submit one task per notebook to ``spec`` and pass each result (or the failed outcome of a task that
     returned nothing) to ``finished`` as it completes. On any exception, Ctrl-C included, the tasks still
@@ -203,7 +207,7 @@ def run(root: Path, spec: Spec, notebooks: list[Path], mode: str, seed: int, tim
     from distributed import Event, as_completed
 
     library = None if spec.kind == "local" else provenance.library_hash()
-    tasks = {nb: batch.make_task(root, nb, mode, seed, timeout, cell_timeout, retries, library) for nb in notebooks}
+    tasks = {nb: make_task(root, nb, mode, seed, timeout, cell_timeout, retries, library) for nb in notebooks}
     run_id = uuid.uuid4().hex[:10]
     with connect(spec, connect_timeout) as client:
         gpu = {nb for nb, t in tasks.items() if t.gpu and mode == "full" and spec.kind == "remote"}
@@ -223,7 +227,7 @@ def run(root: Path, spec: Spec, notebooks: list[Path], mode: str, seed: int, tim
                     finished(nb, fut.result())
                 else:
                     exc = fut.exception() if fut.status == "error" else None
-                    finished(nb, batch.failed_outcome(root, nb, mode, seed, _reason(exc), time.time() - start))
+                    finished(nb, failed_outcome(nb, mode, seed, _reason(exc), time.time() - start))
                 fut.release()
         except BaseException:
             with contextlib.suppress(Exception):

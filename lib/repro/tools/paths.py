@@ -1,8 +1,13 @@
 """Every path rule of the book, once: the checkout's root, the results folders, figures, the asset cache.
 
-* ``results/NN-slug.json`` quick-mode results (committed); ``results/full/`` full mode (not committed);
+* ``results/NN-slug.json`` quick-mode results (committed); ``results/full/`` full mode: its results files
+  are committed where a full run has been made, its executed notebooks are not;
 * ``results/figures/NN-slug/name.png`` figures saved by notebooks (not committed);
-* ``$REPRO_RESULTS_DIR`` replaces ``results/`` (the tests use a scratch folder);
+* ``results/manifest.json`` the runner's record of every run; ``results/logs/`` the failed runs it kept;
+  ``results/.tmp/`` its staging folders;
+* ``$REPRO_RESULTS_DIR`` replaces ``results/`` for what a kernel writes (:func:`results_dir`; the runner points
+  it at a staging folder, the tests at a scratch one); the runner, the pages and every tool that takes a checkout's
+  ``root`` use that checkout's own ``results/`` (:func:`checkout_results`);
 * ``$REPRO_CACHE`` replaces the offline-asset cache (default ``~/.cache/icml26-repro``).
 """
 
@@ -14,6 +19,7 @@ from pathlib import Path
 RESULTS_ENV = "REPRO_RESULTS_DIR"
 CACHE_ENV = "REPRO_CACHE"
 MODES = ("quick", "full")
+RESULTS = "results"  # the results folder's name in a checkout
 
 
 def check_mode(mode: str) -> str:
@@ -33,18 +39,57 @@ def project_root(start: Path | None = None) -> Path | None:
     return None
 
 
+def checkout_results(root: Path) -> Path:
+    """``<root>/results``: the results folder of the checkout at ``root`` (or of a scratch folder laid out like
+    one), whatever ``$REPRO_RESULTS_DIR`` says. ``Path()`` as ``root`` gives the path relative to a checkout."""
+    return root / RESULTS
+
+
 def results_dir() -> Path:
     """Where results go: ``$REPRO_RESULTS_DIR``, else ``<root>/results``, else ``./results``."""
     if os.environ.get(RESULTS_ENV):
         return Path(os.environ[RESULTS_ENV])
     root = project_root()
-    return (root / "results") if root else Path.cwd() / "results"
+    return checkout_results(root or Path.cwd())
 
 
-def results_file(slug: str, mode: str) -> Path:
-    """``results/<slug>.json`` in quick mode, ``results/<mode>/<slug>.json`` otherwise."""
+def results_file(slug: str, mode: str, base: Path | None = None) -> Path:
+    """``results/<slug>.json`` in quick mode, ``results/<mode>/<slug>.json`` otherwise, under the results folder
+    ``base`` (default :func:`results_dir`; a checkout's is :func:`checkout_results`, a staging folder is one too)."""
     check_mode(mode)
-    return results_dir() / ("" if mode == "quick" else mode) / f"{slug}.json"
+    return (results_dir() if base is None else base) / ("" if mode == "quick" else mode) / f"{slug}.json"
+
+
+def executed_notebook(root: Path, notebook: Path, mode: str) -> Path:
+    """Where a successful run puts its executed copy of ``notebook``: over the notebook itself in quick mode (the
+    committed outputs), ``<root>/results/<mode>/<name>.ipynb`` otherwise."""
+    check_mode(mode)
+    return notebook if mode == "quick" else checkout_results(root) / mode / notebook.name
+
+
+def manifest_file(root: Path) -> Path:
+    """``<root>/results/manifest.json``: the runner's record of every notebook, mode and seed."""
+    return checkout_results(root) / "manifest.json"
+
+
+def logs_dir(root: Path) -> Path:
+    """``<root>/results/logs/``: what failed runs left, for inspection (:func:`failed_copy`, :func:`failed_dir`)."""
+    return checkout_results(root) / "logs"
+
+
+def failed_copy(root: Path, stem: str, mode: str) -> Path:
+    """``results/logs/<stem>.<mode>.failed.ipynb``: the executed copy of ``stem``'s last failed run in ``mode``."""
+    return logs_dir(root) / f"{stem}.{mode}.failed.ipynb"
+
+
+def failed_dir(root: Path, stem: str, mode: str) -> Path:
+    """``results/logs/<stem>.<mode>.failed/``: the files (results, figures) that run wrote."""
+    return logs_dir(root) / f"{stem}.{mode}.failed"
+
+
+def tmp_dir(root: Path) -> Path:
+    """``<root>/results/.tmp/``: the runner's staging folders and executed copies while a notebook runs."""
+    return checkout_results(root) / ".tmp"
 
 
 def figure_file(slug: str, name: str) -> Path:

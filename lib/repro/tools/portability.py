@@ -5,7 +5,7 @@ compare every claim value and verdict, optionally every intermediate tensor (:mo
 
 Environment A is the portable quick-mode environment (:data:`repro.tools.portable.QUICK_ENV`); environment B is A
 with the overrides of a preset (:data:`PRESETS`, ``--b NAME``) or of ``--set KEY=VALUE``. Each notebook is
-executed with papermill (the batch runner's client, ``python -m repro.tools.batch``) in a scratch folder laid out
+executed with papermill (the batch runner's client, :mod:`repro.tools.launcher`) in a scratch folder laid out
 like a checkout (as a cluster task is), with ``$REPRO_RESULTS_DIR`` in that folder: nothing is written into
 ``results/`` or ``notebooks/``. The kernels import the library of this checkout (``lib/`` first on
 ``PYTHONPATH``). Per notebook it prints one of
@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -40,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import batch, offline, paths, portable, provenance, trace
+from . import batch, execute, launcher, offline, paths, portable, provenance, trace
 
 # Environment B: overrides on top of QUICK_ENV that emulate another x86-64 machine (see the module docstring of
 # repro.tools.portable for what each cap governs). Lower caps change every kernel that honours them; a result that
@@ -126,7 +125,7 @@ def kernel_env(root: Path, overrides: Mapping[str, str], results: Path) -> dict[
     this checkout's library first."""
     env = {**os.environ, paths.RESULTS_ENV: str(results), "PYTHONHASHSEED": "0", "REPRO_HEADLESS": "1"}
     env.setdefault(offline.ENV, "1")
-    for key in (trace.ENV, trace.AT_ENV, trace.OPS_ENV, trace.STOP_ENV, batch.PARENT_ENV):
+    for key in (trace.ENV, trace.AT_ENV, trace.OPS_ENV, trace.STOP_ENV, launcher.PARENT_ENV):
         env.pop(key, None)
     env.update(portable.QUICK_ENV)
     for key, value in overrides.items():  # KEY= (empty): the kernel runs without KEY
@@ -150,14 +149,15 @@ def run_notebook(root: Path, notebook: Path, label: str, overrides: Mapping[str,
     if folder.exists():
         shutil.rmtree(folder)
     (folder / "notebooks").mkdir(parents=True)
-    (folder / "results").mkdir()
+    results = paths.checkout_results(folder)
+    results.mkdir()
     (folder / "lib" / "repro").mkdir(parents=True)  # registry.find() takes this folder for the book's root
     (folder / "book").mkdir()
     if (root / "book" / "papers.yml").exists():
         shutil.copy(root / "book" / "papers.yml", folder / "book" / "papers.yml")
     nb = folder / "notebooks" / notebook.name
     shutil.copy(notebook, nb)
-    env = kernel_env(root, overrides, folder / "results")
+    env = kernel_env(root, overrides, results)
     env[provenance.NOTEBOOK_ENV] = str(nb)
     log = folder / f"{notebook.stem}.trace"
     if trace_log or at is not None or against is not None:
@@ -167,22 +167,21 @@ def run_notebook(root: Path, notebook: Path, label: str, overrides: Mapping[str,
         if against is not None:
             env[trace.AGAINST_ENV] = str(against)
     out = folder / "executed.ipynb"
-    cmd = [sys.executable, "-m", "repro.tools.batch", str(nb), str(out), "-p", "MODE", "quick", "-p", "SEED", "0",
-           "-k", "python3", "--cwd", str(nb.parent), "--no-progress-bar", "--log-level", "WARNING"]
+    cmd = launcher.command(nb, out, "quick", 0)
     start = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=str(folder), start_new_session=True)
     try:
-        text = batch._wait(proc, timeout, None)
+        text = execute.wait(proc, timeout, None)
         status = "ok" if proc.returncode == 0 else "failed"
     except subprocess.TimeoutExpired:
-        batch._kill_tree(proc.pid)
+        execute.kill_tree(proc.pid)
         text, _ = proc.communicate()
         status = "timeout"
     seconds = time.time() - start
-    res_file = folder / "results" / f"{notebook.stem}.json"
+    res_file = paths.results_file(notebook.stem, "quick", results)
     results = json.loads(res_file.read_text()) if res_file.exists() else None
-    error = None if status == "ok" else batch._error_of(out, text or "")
+    error = None if status == "ok" else execute.error_of(out, text or "")
     return RunResult(label, dict(overrides), status, round(seconds, 1), results, error,
                      log if log.exists() else None, folder)
 
@@ -262,7 +261,7 @@ def compare_results(name: str, a: RunResult, b: RunResult) -> Comparison:
 def committed(root: Path, notebook: Path) -> RunResult:
     """The committed quick-mode results of ``notebook`` (``results/NN-slug.json``, read only) as a run: the
     machine that made them is a real other machine."""
-    path = root / "results" / f"{notebook.stem}.json"
+    path = paths.results_file(notebook.stem, "quick", paths.checkout_results(root))
     results = json.loads(path.read_text()) if path.exists() else None
     return RunResult("committed", {}, "ok" if results else "failed", float(results.get("runtime_s") or 0)
                      if results else 0.0, results, None if results else f"no {path.name}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from .paths import project_root
+from .paths import checkout_results, project_root, results_file
 
 REGISTRY = Path("book") / "papers.yml"
 NUMERICS = ("values", "verdicts")
@@ -46,8 +46,10 @@ class Paper:
     def notebook(self, root: Path) -> Path:
         return root / "notebooks" / f"{self.stem}.ipynb"
 
-    def results(self, root: Path) -> Path:
-        return root / "results" / f"{self.stem}.json"
+    def results(self, root: Path, mode: str = "quick") -> Path:
+        """Its results file in the checkout at ``root``: ``results/NN-slug.json`` (quick) or
+        ``results/<mode>/NN-slug.json`` (:func:`repro.tools.paths.results_file`)."""
+        return results_file(self.stem, mode, checkout_results(root))
 
 
 def load_registry(root: Path) -> tuple[list[str], list[Paper]]:
