@@ -15,12 +15,8 @@ from typing import Any
 
 import torch
 
+from .common.timing import Timer
 from .tools import paths, provenance
-
-
-def _sync(device: torch.device | str | None) -> None:
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_call(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1, number: int = 1,
@@ -33,12 +29,10 @@ def time_call(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1, numbe
         fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) / number)
+        with Timer(device) as t:
+            for _ in range(number):
+                fn()
+        times.append(t.seconds / number)
     return statistics.median(times)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .common.timing import Timer  # re-exported: the notebooks' timer, CUDA synchronised
 from .tools import offline, paths, portable, registry, trace
 from .tools.paths import MODES, check_mode
 
@@ -274,30 +275,3 @@ def elapsed() -> float | None:
     """Seconds since :func:`setup` (``None`` if it was never called in this process)."""
     start = _clock.get("start")
     return None if start is None else time.perf_counter() - start
-
-
-class Timer:
-    """Context manager measuring wall time; synchronises CUDA so GPU work is counted.
-
-    >>> with Timer() as t:
-    ...     pass
-    >>> t.seconds >= 0
-    True
-    """
-
-    def __init__(self, sync_device: torch.device | None = None):
-        self.sync_device = sync_device
-        self.seconds = float("nan")
-
-    def _sync(self) -> None:
-        if self.sync_device is not None and self.sync_device.type == "cuda":
-            torch.cuda.synchronize(self.sync_device)
-
-    def __enter__(self) -> Timer:
-        self._sync()
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._sync()
-        self.seconds = time.perf_counter() - self._t0

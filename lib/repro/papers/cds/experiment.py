@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from repro.common import stats
+from repro.common.hooks import capture
 from repro.common.nn import Transformer, TransformerConfig
 from repro.common.train import cosine_schedule, fit
 
@@ -350,12 +351,8 @@ def similarity_study(model: Transformer, fmt: ToyFormat, k: int = 16, pool: int 
 @torch.no_grad()
 def _final_states(model: Transformer, tok: Tensor) -> Tensor:
     """Final-layer (post-LayerNorm) states of ``tok`` ``(B, L)``: ``(B, L, d_model)``."""
-    store: list[Tensor] = []
-    handle = model.ln_f.register_forward_hook(lambda _m, _i, out: store.append(out))
-    try:
+    with capture([model.ln_f]) as store:
         model(tok)
-    finally:
-        handle.remove()
     return store[0]
 
 

@@ -9,7 +9,6 @@ notebook that calls them reproduces its numbers exactly.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 
 from ...common import stats
 from ...common.nn import TransformerConfig
+from ...common.timing import Timer
 from .method import (
     Decoded,
     Denoiser,
@@ -370,11 +370,6 @@ def seed_gain(task: ChainTask, recipe: Recipe, seed: int, ev: EvalSet, device: t
     return bootstrap_gain(*train_pair(task, recipe, seed, ev, device), n_boot=n_boot, seed=seed)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def kv_sweep(model: Denoiser, ev: EvalSet, n: int, threshold: float,
              settings: Mapping[str, tuple[int, int]] = KV_SETTINGS
              ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
@@ -387,12 +382,10 @@ def kv_sweep(model: Denoiser, ev: EvalSet, n: int, threshold: float,
     rows: dict[str, dict[str, float]] = {}
     per_problem: dict[str, dict[str, np.ndarray]] = {}
     for name, (delay, refresh) in settings.items():
-        _sync(dev)
-        t0 = time.perf_counter()
-        out = decode_multiblock_kvcache(model, prompt, ev.task.answer_len, ev.block, threshold, **ev.stop_at_eos,
-                                        **ENTROPY_DECODING, cache_delay_iter=delay, refresh_interval=refresh)
-        _sync(dev)
-        seconds = time.perf_counter() - t0
+        with Timer(dev) as timer:
+            out = decode_multiblock_kvcache(model, prompt, ev.task.answer_len, ev.block, threshold, **ev.stop_at_eos,
+                                            **ENTROPY_DECODING, cache_delay_iter=delay, refresh_interval=refresh)
+        seconds = timer.seconds
         rows[name] = {"acc": accuracy(out, answer, ev.task), "nfe": float(out.nfe.double().mean()),
                       "positions": float(out.positions.double().mean()), "ms": 1e3 * seconds / n}
         per_problem[name] = {"correct": ev.task.correct(out.tokens, answer).double().cpu().numpy(),

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...common.nn import KVCache, Transformer, TransformerConfig
+from ...common.numerics import wide_float
 from ...common.train import cosine_schedule, fit
 from .problems import ChainTask
 
@@ -100,7 +101,7 @@ def aup(rho: Sequence[float], y: Sequence[float], y_max: float, alpha: float = 3
 
 def wide(x: Tensor) -> Tensor:
     """``x`` in float64 as the public code computes probabilities (float32 on Apple MPS, which has no float64)."""
-    return x.to(torch.float32 if x.device.type == "mps" else torch.float64)
+    return x.to(wide_float(x.device))
 
 
 def token_entropy(logits: Tensor) -> Tensor:

@@ -19,37 +19,23 @@ A task's settings (``spec``) are a dict with ``kw`` (task keywords), ``n_obs``, 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ...common.timing import timed
 from .metrics import c2st, c2st_outcomes, c2st_score, mmd2
 from .npe import TrainResult, ess, snis_weights, train_tempered_npe
 from .reference import GridPosterior, MCMCResult, mcmc_power_posterior
 from .tasks import Task, make_task
 
 Tensor = torch.Tensor
-T = TypeVar("T")
 ROUTE_LABELS = {"synth": "route (i) synthesis", "snis": "route (ii) SNIS"}
 RADIUS_EDGES = np.linspace(0.0, 0.25, 61)  # histogram bins of the two-moons radius (the crescent's thickness)
-
-
-def _timed(device: torch.device | str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
-    """``fn(*args, **kwargs)`` and its wall time in seconds; CUDA is synchronised before and after, so GPU work
-    is counted."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    return out, time.perf_counter() - t0
 
 
 @dataclass
@@ -110,8 +96,8 @@ class References:
         if key not in self.runs:
             settings = {**self.mcmc_settings, **self.specs[name].get("mcmc", {})}
             task, x = self.tasks[name], self.obs[name][i]
-            self.runs[key] = _timed(task.device, mcmc_power_posterior, task, x, beta, self.n, seed=seed,
-                                    **settings)
+            self.runs[key] = timed(task.device, mcmc_power_posterior, task, x, beta, self.n, seed=seed,
+                                   **settings)
         return self.runs[key][0]
 
     def draw(self, name: str, i: int, beta: float, rep: int = 0) -> Tensor:
@@ -159,7 +145,7 @@ def accuracy_table(trained: Trained, refs: References, specs: Mapping[str, Mappi
         for i in range(spec["n_obs"]):
             x = trained.obs[name][i]
             for beta in [b for b in spec["betas"] if lo <= b <= hi]:
-                q, seconds = _timed(task.device, fitted.posterior.sample, x, beta, refs.n)
+                q, seconds = timed(task.device, fitted.posterior.sample, x, beta, refs.n)
                 ref = refs.draw(name, i, beta)
                 right = c2st_outcomes(ref, q)
                 row = dict(task=name, route=route, obs=i, beta=beta, c2st=c2st_score(right), mmd2=mmd2(ref, q),

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from scipy.stats import rankdata, spearmanr
 
+from repro.common.hooks import capture
 from repro.common.nn import Transformer, TransformerConfig
 from repro.common.numerics import loglog_slope
 from repro.common.train import cosine_schedule, fit
@@ -154,25 +155,16 @@ def evaluate(model: torch.nn.Module, suite: Suite, n_done: int,
 @torch.no_grad()
 def block_outputs(model: Transformer, tokens: Tensor, mask: Tensor) -> list[Tensor]:
     """Residual stream after each block at the non-pad positions, one ``(n, d)`` matrix per block."""
-    got: list[Tensor] = []
-    hooks = [b.register_forward_hook(lambda m, i, o: got.append(o[0])) for b in model.blocks]
-    try:
+    with capture(list(model.blocks)) as got:
         model(tokens)
-    finally:
-        for h in hooks:
-            h.remove()
-    return [g[mask] for g in got]
+    return [got[i][mask] for i in range(len(model.blocks))]
 
 
 @torch.no_grad()
 def mlp_keys(model: Transformer, layer: int, tokens: Tensor, mask: Tensor) -> Tensor:
     """Inputs of block ``layer``'s MLP output matrix (the keys ``k``) at the non-pad positions."""
-    got: list[Tensor] = []
-    h = model.blocks[layer].mlp[2].register_forward_hook(lambda m, i, o: got.append(i[0]))
-    try:
+    with capture([model.blocks[layer].mlp[2]], inputs=True) as got:
         model(tokens)
-    finally:
-        h.remove()
     return got[0][mask]
 
 

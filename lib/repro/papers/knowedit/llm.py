@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from repro.common.hooks import capture, hooked
+
 from .experiment import Trace, rk_summary
 from .method import (
     RetrievalEditor,
@@ -307,15 +309,12 @@ def down_proj_keys(model: nn.Module, layer: int, ids: Tensor, batch: int = 16) -
         got.append(inp[0].detach())
         raise _Stop
 
-    handle = mod.register_forward_pre_hook(hook)
-    try:
+    with hooked([mod], hook, pre=True):
         for i in range(0, ids.shape[0], batch):
             try:
                 model(input_ids=ids[i:i + batch].to(mod.weight.device), use_cache=False)
             except _Stop:
                 pass
-    finally:
-        handle.remove()
     k = torch.cat(got)
     return k.reshape(-1, k.shape[-1])
 
@@ -323,12 +322,8 @@ def down_proj_keys(model: nn.Module, layer: int, ids: Tensor, batch: int = 16) -
 @torch.no_grad()
 def keys_at(lm: nn.Module, module: nn.Linear, tokens: Tensor, positions: Tensor) -> Tensor:
     """The input of ``module`` at one position per row of ``tokens`` (``lm(tokens)`` is run in full), ``(B, d)``."""
-    got: list[Tensor] = []
-    handle = module.register_forward_pre_hook(lambda m, inp: got.append(inp[0].detach()))
-    try:
+    with capture([module], inputs=True) as got:
         lm(tokens)
-    finally:
-        handle.remove()
     return got[0][torch.arange(tokens.shape[0], device=tokens.device), positions]
 
 
@@ -543,16 +538,8 @@ def llm_evaluate(model: nn.Module, tokenizer: Any, suite: LLMSuite, n_done: int,
 @torch.no_grad()
 def layer_output_at(model: nn.Module, layer: int, tokens: Tensor, positions: Tensor) -> Tensor:
     """The residual stream after decoder layer ``layer`` at one position per row of ``tokens``, ``(B, d)``."""
-    got: list[Tensor] = []
-
-    def hook(m: nn.Module, inp: Any, out: Any) -> None:
-        got.append((out[0] if isinstance(out, tuple) else out).detach())
-
-    handle = model.model.layers[layer].register_forward_hook(hook)
-    try:
+    with capture([model.model.layers[layer]]) as got:
         model(input_ids=tokens, use_cache=False)
-    finally:
-        handle.remove()
     return got[0][torch.arange(tokens.shape[0], device=tokens.device), positions]
 
 

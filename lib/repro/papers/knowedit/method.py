@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from repro.common.hooks import capture, hooked
+
 Tensor = torch.Tensor
 
 
@@ -103,13 +105,8 @@ def alphaedit_update(W: Tensor, K: Tensor, V: Tensor, P: Tensor, K_prev: Tensor 
 def mean_key(model: nn.Module, module: nn.Linear, tokens: Tensor, positions: Tensor) -> Tensor:
     """k*: the mean input of ``module`` at ``positions`` (one per row of ``tokens``), as in ROME (mean over
     prompts that end in the subject)."""
-    got: list[Tensor] = []
-    handle = module.register_forward_hook(lambda m, inp, out: got.append(inp[0].detach()))
-    try:
-        with torch.no_grad():
-            model(tokens)
-    finally:
-        handle.remove()
+    with capture([module], inputs=True) as got, torch.no_grad():
+        model(tokens)
     rows = torch.arange(tokens.shape[0], device=tokens.device)
     return got[0][rows, positions].mean(0)
 
@@ -166,33 +163,32 @@ def optimize_v_stars(model: nn.Module, module: nn.Linear, problems: Sequence[VSt
 
     with torch.no_grad():
         refs = [logp(b["tokens"], b["ans"]) for b in buckets]
-    handle = module.register_forward_hook(hook)
     opt = torch.optim.Adam([delta], lr=lr)
     active = torch.ones(len(problems), dtype=torch.bool, device=p.device)
     frozen = [q for q in model.parameters() if q.requires_grad]
     for q in frozen:  # only δ is optimised: skip the weights' gradients (a third of the backward's work)
         q.requires_grad_(False)
     try:
-        for _ in range(steps):
-            loss = l2 * (delta * delta).sum(1)
-            for b, ref in zip(buckets, refs, strict=True):
-                state["pos"], state["edit"] = b["subj"], b["edit"]
-                lp = logp(b["tokens"], b["ans"])
-                nll = -lp.gather(1, b["target"][:, None])[:, 0]
-                kl = torch.sum(ref.exp() * (ref - lp), -1)
-                loss = loss.index_add(0, b["edit"], b["weight"] * torch.where(b["is_kl"], kl, nll))
-            if stop_below is not None:
-                active &= loss.detach() >= stop_below
-            if not active.any():
-                break
-            keep = delta.detach().clone()
-            opt.zero_grad()
-            loss[active].sum().backward()
-            opt.step()
-            with torch.no_grad():
-                delta[~active] = keep[~active]  # stopped edits keep their δ (Adam's momentum would move them)
+        with hooked([module], hook):
+            for _ in range(steps):
+                loss = l2 * (delta * delta).sum(1)
+                for b, ref in zip(buckets, refs, strict=True):
+                    state["pos"], state["edit"] = b["subj"], b["edit"]
+                    lp = logp(b["tokens"], b["ans"])
+                    nll = -lp.gather(1, b["target"][:, None])[:, 0]
+                    kl = torch.sum(ref.exp() * (ref - lp), -1)
+                    loss = loss.index_add(0, b["edit"], b["weight"] * torch.where(b["is_kl"], kl, nll))
+                if stop_below is not None:
+                    active &= loss.detach() >= stop_below
+                if not active.any():
+                    break
+                keep = delta.detach().clone()
+                opt.zero_grad()
+                loss[active].sum().backward()
+                opt.step()
+                with torch.no_grad():
+                    delta[~active] = keep[~active]  # stopped edits keep their δ (Adam's momentum would move them)
     finally:
-        handle.remove()
         for q in frozen:
             q.requires_grad_(True)
     return delta.detach()

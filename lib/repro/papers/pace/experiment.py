@@ -18,6 +18,7 @@ import DracoPy
 import numpy as np
 import torch
 
+from ...common.hooks import hooked
 from . import codec, metrics
 from .lidar import make_scans
 from .model import (
@@ -340,13 +341,12 @@ def _count_calls(block: torch.nn.Module) -> Iterator[list[int]]:
         counter[0] += 1
 
     step = block.step
-    handle = block.register_forward_pre_hook(bump)
-    block.step = lambda *a, **kw: (bump(), step(*a, **kw))[1]  # type: ignore[method-assign]
-    try:
-        yield counter
-    finally:
-        handle.remove()
-        del block.step  # back to the class's method
+    with hooked([block], bump, pre=True):
+        block.step = lambda *a, **kw: (bump(), step(*a, **kw))[1]  # type: ignore[method-assign]
+        try:
+            yield counter
+        finally:
+            del block.step  # back to the class's method
 
 
 def level_bits(rd: RateDistortion, names: Sequence[str], n_scans: int) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from ...common.numerics import loglog_slope
+from ...common.timing import Timer
 from .baselines import (
     GEOOPT_METHODS,
     METHODS,
@@ -133,15 +134,13 @@ def run_method(prob: Problem, method: str, lr: float, X0: Tensor, steps: int, ro
     at = set(range(steps + 1)) if target is not None else eval_steps(steps)
     gap[0], orth[0] = prob.gap(X.detach()), float(orthogonality_error(X.detach()).max())
     for t in range(1, steps + 1):
-        t0 = clock()
-        X.grad = prob.grad(X.detach())
-        opt.step()
-        if project is not None:
-            with torch.no_grad():
-                X.copy_(project(X))
-        if X.device.type == "cuda":
-            torch.cuda.synchronize(X.device)
-        secs[t] = clock() - t0
+        with Timer(X.device, clock=clock, sync_start=False) as timer:
+            X.grad = prob.grad(X.detach())
+            opt.step()
+            if project is not None:
+                with torch.no_grad():
+                    X.copy_(project(X))
+        secs[t] = timer.seconds
         orth[t] = float(orthogonality_error(X.detach()).max())
         if not orth[t] < DIVERGED:  # diverged (or NaN)
             break
@@ -307,17 +306,12 @@ def time_per_step(counts: Sequence[int], p: int, budget_s: float, repeats: int, 
     median of ``repeats`` timings of as many calls as fit in ``budget_s``, after one warm-up call; the methods
     take turns within each repeat, so that a change of load hits them alike."""
     clock = step_clock(device)[1]
-    dev = torch.device(device)
 
     def seconds(fn: Callable[[], object], number: int) -> float:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = clock()
-        for _ in range(number):
-            fn()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        return (clock() - t0) / number
+        with Timer(device, clock=clock) as timer:
+            for _ in range(number):
+                fn()
+        return timer.seconds / number
 
     step_ms: dict[str, list[float]] = {m: [] for m in methods}
     for b in counts:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ...common.linalg import newton_schulz5, polar
+from ...common.numerics import wide_float
 
 Tensor = torch.Tensor
 
@@ -194,7 +195,7 @@ def solve_lambda_quartic(M: Tensor, B: Tensor, default: float = 0.5) -> Tensor:
     # f(λ) = c4 λ⁴ + c3 λ³ + c2 λ² + c1 λ + c0 ≥ 0, per matrix of the batch (last axis: c4 ... c0)
     c = quartic_coefficients(M, B)
     # the roots are found in float64 (MPS has none: float32 there), whatever the parameter's dtype
-    work = torch.float32 if c.device.type == "mps" else torch.float64
+    work = wide_float(c.device)
     c = c.to(work)
     # divide f by its largest coefficient: the same minimiser, and no overflow in λ⁴ for large matrices
     scale = c.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(work).tiny)

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...common.hooks import capture, hooked
+
 Tensor = torch.Tensor
 
 
@@ -221,23 +223,12 @@ def _layer_ids(model: nn.Module, layers: Sequence[int] | range) -> list[int]:
     return ids
 
 
-@contextlib.contextmanager
-def _hooks(modules: Sequence[nn.Module], hook: Any, pre: bool = False) -> Iterator[None]:
+def _hooks(modules: Sequence[nn.Module], hook: Any) -> contextlib.AbstractContextManager[None]:
     """Register ``hook`` on every module for the duration of the context; removed also on an exception.
 
     The hook is put *first* (``prepend=True``): hooks registered earlier (Hugging Face's ``output_hidden_states``
     recorder installs its own once, on the first call) then see the modified output, whatever the order."""
-    handles = []
-    try:
-        for m in modules:
-            if pre:
-                handles.append(m.register_forward_pre_hook(hook, prepend=True))
-            else:
-                handles.append(m.register_forward_hook(hook, prepend=True))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
+    return hooked(modules, hook, prepend=True)
 
 
 def _check_token(x: Tensor, token: int) -> None:
@@ -323,14 +314,5 @@ def record_values(model: nn.Module, layers: Sequence[int] | range | None = None)
     """Yields a dict filled, on each forward pass, with every chosen layer's value-projection output
     ``(B, T, n_kv_heads * head_dim)`` (detached)."""
     ids = _layer_ids(model, range(len(decoder_layers(model))) if layers is None else layers)
-    store: dict[int, Tensor] = {}
-    handles = []
-    try:
-        for i in ids:
-            def hook(_m: nn.Module, _inp: Any, out: Tensor, i: int = i) -> None:
-                store[i] = out.detach()
-            handles.append(decoder_layers(model)[i].self_attn.v_proj.register_forward_hook(hook))
+    with capture({i: decoder_layers(model)[i].self_attn.v_proj for i in ids}) as store:
         yield store
-    finally:
-        for h in handles:
-            h.remove()

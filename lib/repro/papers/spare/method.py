@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...common.hooks import capture
 from ...common.train import fit
 
 Tensor = torch.Tensor
@@ -354,13 +355,6 @@ def generate_with_edits(model: nn.Module, edits: Sequence[Edit], *, n: int, max_
 def block_outputs(model: nn.Module, tokens: Tensor, layers: Sequence[int]) -> list[Tensor]:
     """Block outputs ``(B, T, d)`` of ``layers`` for ``tokens`` (the activations SpaRE's SAEs read, ``hidden_states
     [layer + 1]`` of a Hugging Face model)."""
-    got: dict[int, Tensor] = {}
-    handles = [model.blocks[i].register_forward_hook(
-        lambda _m, _i, out, i=i: got.__setitem__(i, (out[0] if isinstance(out, tuple) else out).detach()))
-        for i in layers]
-    try:
+    with capture({i: model.blocks[i] for i in layers}) as got:
         model(tokens)
-    finally:
-        for h in handles:
-            h.remove()
     return [got[i] for i in layers]

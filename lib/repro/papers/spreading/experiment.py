@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ...common import stats
+from ...common.timing import Timer
 from .control import CEMResult, cem_optimize
 from .engine import INF, RenewalSIR
 from .env import (
@@ -206,12 +207,10 @@ def engine_final_sizes(graph: nx.Graph, beta: float, law: Law, replicas: int, se
                        rule: str = "exact", device: torch.device | str = "cpu") -> tuple[np.ndarray, float]:
     """Final sizes of ``replicas`` engine outbreaks from one uniformly random node, and the seconds they took."""
     eng = RenewalSIR(graph, beta, law, dt=dt, rule=rule, device=device)
-    t0 = time.perf_counter()
-    eng.reset(replicas, seed=seed)
-    sizes = eng.run()
-    if eng.device.type == "cuda":
-        torch.cuda.synchronize(eng.device)
-    return sizes.cpu().numpy(), time.perf_counter() - t0
+    with Timer(eng.device, sync_start=False) as timer:  # the copy to the host is timed too
+        eng.reset(replicas, seed=seed)
+        sizes = eng.run().cpu().numpy()
+    return sizes, timer.seconds
 
 
 def beta_scan(graph: nx.Graph, betas: list[float], laws: dict[str, Law], replicas: int, seed: int, *,

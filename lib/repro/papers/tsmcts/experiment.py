@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ...common import stats
+from ...common.timing import Timer
 from .method import SearchResult, smc_search, smcts_search, tsmcts_search
 from .problems import MazeSuite, Network, make_maze_suite, make_network, value_iteration
 
@@ -153,12 +154,10 @@ def run_operator(problem: Problem, op: str, depth: int, tau: float, seeds: int, 
     roots = problem.roots.repeat(seeds)
     gen = _generator(roots.device, seed, problem.seed, op, depth, tau, n_particles, problem.sigma_v)
     kw = {"m": m} if op not in _NO_M else {}
-    t0 = time.perf_counter()
-    res = OPERATORS[op](problem.suite.model, problem.net, roots, n_particles, depth, tau=tau, generator=gen,
-                        ess_threshold=ess_threshold, **kw)
-    if roots.device.type == "cuda":
-        torch.cuda.synchronize(roots.device)
-    seconds = time.perf_counter() - t0
+    with Timer(roots.device, sync_start=False) as timer:
+        res = OPERATORS[op](problem.suite.model, problem.net, roots, n_particles, depth, tau=tau, generator=gen,
+                            ess_threshold=ess_threshold, **kw)
+    seconds = timer.seconds
     d = res.diagnostics
     out = _score(problem, res, seeds)
 
