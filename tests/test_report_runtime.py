@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -235,3 +236,18 @@ def test_run_map_is_the_plain_loop_outside_quick_mode_on_cpu(monkeypatch):
     assert pids[1] == os.getpid() != pids[0]  # the parent runs the last share, a worker the first
     full = runtime.setup("05-linear-contracts", "full", 0, "cpu")
     assert full.map(lambda _: os.getpid(), [0, 1]) == [os.getpid()] * 2
+
+
+def test_full_mode_overrides_keep_their_kind_and_the_resolved_config_is_recorded(results):
+    full = runtime.setup("99-test", "full", 0, "cpu")
+    with pytest.raises(TypeError, match=r"n \(number in quick mode, str in full\)"):
+        full.config(quick=dict(n=10, name="a"), full=dict(n="100"))
+    with pytest.raises(TypeError, match="flag"):
+        full.config(quick=dict(flag=False), full=dict(flag=1))  # a bool is not a number here
+    cfg = full.config(quick=dict(n=10, lr=0.1, sizes=(1, 2), opt=None), full=dict(n=100, lr=1, sizes=[3], opt="x"))
+    assert cfg == dict(n=100, lr=1, sizes=[3], opt="x")
+    quick = runtime.setup("99-test", "quick", 0, "cpu")
+    quick.config(quick=dict(n=10, sizes=(1, 2), f=float("nan"), d={1: np.float32(0.5)}), full=dict(n=100))
+    rec = quick.finish([Claim("C1", "x", paper=1, measured=1, lo=0, hi=2)], display=False)
+    assert rec["config"] == {"n": 10, "sizes": [1, 2], "f": "nan", "d": {"1": repr(np.float32(0.5))}}
+    assert json.loads(json.dumps(rec["config"])) == rec["config"]

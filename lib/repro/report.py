@@ -178,6 +178,7 @@ def finish(
     display: bool = True,
     registry_entries: Mapping[str, registry.Entry] | None = None,
     figures: Mapping[str, list[str]] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``results/<slug>.json`` (full mode: ``results/full/<slug>.json``), show the claims table and
     raise :class:`ClaimFailed` if an asserted claim does not hold. Returns the written record.
@@ -186,7 +187,8 @@ def finish(
     ``lib/repro/claims/<slug>.yml`` unless ``registry_entries`` are given), or an old-style list of :class:`Claim`.
     Notebooks call it through ``run.finish`` (:class:`repro.runtime.Run`), which fills in everything but the
     measurements and metrics. ``figures`` maps each saved figure to its figure-policy problems
-    (:func:`repro.plotting.figure_problems`; ``run.savefig`` collects them)."""
+    (:func:`repro.plotting.figure_problems`; ``run.savefig`` collects them). ``config`` is the notebook's resolved
+    configuration (``run.config``), recorded as JSON (anything JSON cannot hold as its ``repr``)."""
     paths.check_mode(mode)
     if not claims:
         raise ValueError("finish() needs at least one claim")
@@ -205,6 +207,7 @@ def finish(
         "metrics": dict(metrics or {}),
         "runtime_s": elapsed,
         "figures": {k: list(v) for k, v in (figures or {}).items()},
+        "config": _jsonable(dict(config or {})),
         "hardware": provenance.hardware(),
         "versions": provenance.versions(packages),
         "sources": provenance.sources(slug),
@@ -220,6 +223,19 @@ def finish(
         lines = "; ".join(_failure(c) for c in failed)
         raise ClaimFailed(f"{len(failed)} asserted claim(s) failed ({lines}); results written to {out}")
     return record
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with tuples as lists, keys as strings and anything else JSON cannot hold as its ``repr``."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    return repr(value)
 
 
 def _registered(slug: str, measured: Mapping[str, Any], entries: Mapping[str, registry.Entry] | None

@@ -105,6 +105,7 @@ class Run:
     rng: np.random.Generator
     packages: tuple[str, ...] = field(default=())
     figures: dict[str, list[str]] = field(default_factory=dict)  # name -> figure-policy problems (run.savefig)
+    settings: dict[str, Any] = field(default_factory=dict)  # the resolved configuration (run.config)
 
     @property
     def quick(self) -> bool:
@@ -117,7 +118,14 @@ class Run:
         unknown = sorted(set(full) - set(quick))
         if unknown:
             raise KeyError(f"full-mode settings {unknown} have no quick-mode default")
-        return {**quick, **full} if self.mode == "full" else dict(quick)
+        wrong = [f"{k} ({_kind(quick[k])} in quick mode, {_kind(v)} in full)" for k, v in full.items()
+                 if _kind(v) != _kind(quick[k]) and "NoneType" not in (_kind(v), _kind(quick[k]))]
+        if wrong:
+            raise TypeError(f"full-mode settings of another type than their quick-mode default: {', '.join(wrong)}")
+        resolved = {**quick, **full} if self.mode == "full" else dict(quick)
+        self.settings.clear()
+        self.settings.update(resolved)  # recorded in the results file by finish()
+        return resolved
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, the items shared among this machine's cores when that cannot change a
@@ -145,7 +153,7 @@ class Run:
 
         return report.finish(self.slug, mode=self.mode, seed=self.seed, claims=claims, metrics=metrics,
                              packages=self.packages, elapsed=elapsed(), display=display,
-                             figures=self.figures)
+                             figures=self.figures, config=self.settings)
 
 
 def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run:
@@ -179,6 +187,18 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     trace.install_if_requested()
     start_clock()
     return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())
+
+
+def _kind(value: Any) -> str:
+    """The kind of a setting that a full-mode override must keep: bool, number (int or float), sequence (list or
+    tuple), mapping, str, None, or the type's name."""
+    if value is None or isinstance(value, bool | str):
+        return type(value).__name__
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list | tuple):
+        return "sequence"
+    return "mapping" if isinstance(value, Mapping) else type(value).__name__
 
 
 WORKERS_ENV = "REPRO_WORKERS"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch
 
 from ...common import stats
 from ...common.nn import TransformerConfig
+from ...common.settings import dataclass_from
 from ...common.timing import Timer
 from .method import (
     Decoded,
@@ -75,7 +76,7 @@ class Recipe:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Recipe:
         """The recipe's fields taken from a notebook configuration (other keys are ignored)."""
-        return cls(**{f.name: cfg[f.name] for f in fields(cls) if f.name in cfg})
+        return dataclass_from(cls, cfg)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import DracoPy
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...common.hooks import hooked
+from ...common.settings import dataclass_from
 from . import codec, metrics
 from .lidar import make_scans
 from .model import (
@@ -56,7 +57,7 @@ class Recipe:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Recipe:
         """The recipe's fields taken from a notebook configuration (other keys are ignored)."""
-        return cls(**{f.name: cfg[f.name] for f in fields(cls) if f.name in cfg})
+        return dataclass_from(cls, cfg)
 
 
 @dataclass
