@@ -249,9 +249,15 @@ def parallel_map(fn: Callable[[Any], Any], items: Sequence[Any], n_workers: int 
     items = list(items)
     n = min(n_workers, len(items))
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        out = _run_items(fn, items, range(len(items)), seed)
-        seed_everything(_item_seed(seed, len(items)))
-        return out
+        results = dict(enumerate(_run_items(fn, items, range(len(items)), seed)))
+    else:
+        results = _forked(fn, items, n, seed)
+    seed_everything(_item_seed(seed, len(items)))  # the same state after the map for any number of workers
+    return [results[i] for i in range(len(items))]
+
+
+def _forked(fn: Callable[[Any], Any], items: list[Any], n: int, seed: int) -> dict[int, Any]:
+    """Item index -> result, the items shared round-robin among ``n - 1`` forked workers and this process."""
     shares = [list(range(w, len(items), n)) for w in range(n)]
     ctx = multiprocessing.get_context("fork")
     procs = []
@@ -270,8 +276,7 @@ def parallel_map(fn: Callable[[Any], Any], items: Sequence[Any], n_workers: int 
             if proc.is_alive():
                 proc.terminate()
             proc.join()
-    seed_everything(_item_seed(seed, len(items)))  # the same state after the map for any number of workers
-    return [results[i] for i in range(len(items))]
+    return results
 
 
 def _receive(proc: Any, recv: Any, share: list[int]) -> list[Any]:
