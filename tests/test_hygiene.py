@@ -237,6 +237,31 @@ def test_one_run_handle_and_the_one_explorer(nb):
     assert "run.finish(" in code and "widgets.interact" not in code and "to_jshtml" not in code
 
 
+def _mode_uses(source: str) -> list[int]:
+    """Lines of ``source`` that read the name ``MODE`` other than as an argument of ``runtime.setup``."""
+    import ast
+
+    tree = ast.parse(source)
+    allowed = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "runtime.setup"
+               for a in n.args}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "MODE" and id(n) not in allowed]
+
+
+def test_full_mode_code_is_reached_by_the_smoke_tier(nb):
+    """Issue 42: the smoke tier (``MODE = "smoke"``) runs full mode's code path at a tiny size, so a notebook
+    branches on ``run.full`` or on its settings (whose switches the smoke tier keeps as full mode sets them,
+    ``repro.runtime.smoke_cut``), never on ``MODE``: a ``MODE == "full"`` branch would be skipped by the smoke
+    tier and rot unseen. Every notebook with a full mode also declares its smoke tier."""
+    path, notebook = nb
+    cells = [c for c in notebook.cells if c.cell_type == "code" and not {"parameters", "injected-parameters"}
+             & set(tags(c)) and book.SETUP_TAG not in tags(c)]
+    reads = [(i, lines) for i, c in enumerate(cells) if (lines := _mode_uses(c.source))]
+    assert not reads, f"code cells reading MODE (cell, lines): {reads}; branch on run.full or on a setting"
+    code = "\n".join(c.source for c in cells)
+    if re.search(r"\bfull\s*=", code):
+        assert re.search(r"\bsmoke\s*=\s*dict\(", code), "run.config(...) needs smoke=dict(...): the smoke tier"
+
+
 def test_registry_module_names_the_notebook(nb):
     path, _ = nb
     paper = PAPERS[path.stem]

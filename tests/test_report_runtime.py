@@ -22,7 +22,7 @@ def results(tmp_path, monkeypatch):
 
 
 def test_unknown_mode_names_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown MODE 'fast'; valid modes are 'quick', 'full'"):
+    with pytest.raises(ValueError, match=r"unknown MODE 'fast'; valid modes are 'quick', 'full', 'smoke'"):
         runtime.check_mode("fast")
     with pytest.raises(ValueError, match="unknown MODE"):
         runtime.setup("99-test", "Quick")
@@ -251,3 +251,59 @@ def test_full_mode_overrides_keep_their_kind_and_the_resolved_config_is_recorded
     rec = quick.finish([Claim("C1", "x", paper=1, measured=1, lo=0, hi=2)], display=False)
     assert rec["config"] == {"n": 10, "sizes": [1, 2], "f": "nan", "d": {"1": repr(np.float32(0.5))}}
     assert json.loads(json.dumps(rec["config"])) == rec["config"]
+
+
+# ------------------------------------------------------------------------------ the smoke tier (issue 42 item 1)
+
+QUICK = dict(n=100, seeds=1, steps=500, grid=[1, 2, 4], llm=False, arms=["a"], name="x", opt=None,
+             tasks={"a": dict(steps=50, kind="maf", hidden=(64, 64)), "b": dict(steps=50, kind="maf", hidden=(64, 64))})
+FULL = dict(n=10_000, seeds=5, steps=6000, grid=[1, 2, 4, 8, 16], llm=True, arms=["a", "b"], opt="x",
+            tasks={"a": dict(steps=900, kind="nsf", hidden=(128, 128)), "b": dict(steps=900, kind="nsf", hidden=(8, 8))})
+
+
+def test_the_smoke_tier_is_full_mode_cut_small(results):
+    smoke = runtime.setup("99-test", "smoke", 0, "cpu")
+    assert smoke.full and not smoke.quick and runtime.setup("99-test", "full", 0, "cpu").full
+    assert not runtime.setup("99-test", "quick", 0, "cpu").full
+    cfg = smoke.config(quick=QUICK, full=FULL, smoke=dict(n=50, seeds=2, steps=3, grid=[1, 2],
+                                                          tasks={"a": dict(steps=5, hidden=(8, 8))}))
+    # every switch full mode sets is kept; the cuts apply, nested ones key by key (task b keeps full mode's)
+    assert cfg == {**QUICK, **FULL, "n": 50, "seeds": 2, "steps": 3, "grid": [1, 2],
+                   "tasks": {"a": dict(steps=5, kind="nsf", hidden=(8, 8)), "b": FULL["tasks"]["b"]}}
+    assert smoke.settings == cfg  # recorded in the results file like any mode's
+    # quick and full mode ignore the cuts, but check them: a broken smoke tier fails in every mode
+    quick = runtime.setup("99-test", "quick", 0, "cpu")
+    assert quick.config(quick=QUICK, full=FULL, smoke=dict(n=50)) == QUICK
+    with pytest.raises(KeyError, match="smoke.tasks.c is not a setting of full mode"):
+        quick.config(quick=QUICK, full=FULL, smoke=dict(tasks={"c": dict(steps=1)}))
+
+
+@pytest.mark.parametrize("cut, why", [
+    (dict(llm=False), "a bool switch"),
+    (dict(arms=["a"]), "a list of names (arms)"),
+    (dict(opt=None), "a string switch"),
+    (dict(tasks={"a": dict(kind="maf")}), "a nested switch"),
+    (dict(tasks=dict(steps=1)), "a mapping's keys"),
+    (dict(seeds=1), "a count crossing 1 (the spread over seeds)"),
+    (dict(n=0), "a count crossing 0 (a part switched off)"),
+    (dict(grid=[4]), "a list cut to one element"),
+    (dict(grid=[]), "a list cut to none"),
+    (dict(n=[1, 2]), "a number replaced by a list"),
+])
+def test_the_smoke_tier_cannot_switch_off_what_full_mode_runs(results, cut, why):
+    smoke = runtime.setup("99-test", "smoke", 0, "cpu")
+    with pytest.raises((TypeError, KeyError), match="smoke"):
+        smoke.config(quick=QUICK, full=FULL, smoke=cut)
+
+
+def test_the_smoke_tier_writes_its_own_results_and_asserts_nothing(results, capsys):
+    smoke = runtime.setup("99-test", "smoke", 0, "cpu")
+    smoke.config(quick=dict(n=1), full=dict(n=20), smoke=dict(n=2))
+    failing = Claim("C1", "x", paper=1, measured=5, hi=2)  # asserted, and it does not hold
+    rec = smoke.finish([failing], display=True)
+    assert rec["mode"] == "smoke" and rec["claims"][0]["holds"] is False
+    assert json.loads((results / "smoke" / "99-test.json").read_text())["mode"] == "smoke"
+    assert not (results / "99-test.json").exists()
+    assert "no claim is asserted" in capsys.readouterr().out
+    with pytest.raises(ClaimFailed):
+        runtime.setup("99-test", "full", 0, "cpu").finish([failing], display=False)

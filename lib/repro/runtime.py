@@ -3,9 +3,11 @@
 A notebook's parameters cell sets ``MODE``, ``SEED`` and ``DEVICE``; the next cell calls ::
 
     run = runtime.setup("05-linear-contracts", MODE, SEED, DEVICE)
-    CFG = run.config(quick=dict(n=2000, seeds=1), full=dict(n=100_000))
+    CFG = run.config(quick=dict(n=2000, seeds=1), full=dict(n=100_000, seeds=5), smoke=dict(n=300, seeds=2))
 
-which validates them, seeds every generator, pins threads in quick mode and starts the clock. The returned
+which validates them, seeds every generator, pins threads in quick mode and starts the clock. ``MODE = "smoke"``
+is the smoke tier: full mode's code path (``run.full`` is true, every full-mode setting applies) with the sizes
+that ``smoke`` cuts, so the tests execute in seconds what otherwise only a long full run reaches. The returned
 :class:`Run` knows the notebook, so figures and results need nothing repeated: ``run.savefig(fig, "rates")``,
 ``run.finish(claims, metrics)``.
 """
@@ -28,10 +30,10 @@ import torch
 
 from .common.timing import Timer  # re-exported: the notebooks' timer, CUDA synchronised
 from .tools import offline, paths, portable, registry, trace
-from .tools.paths import MODES, check_mode
+from .tools.paths import CI_MODES, MODES, check_mode
 
 __all__ = ["MODES", "DEVICES", "Run", "Timer", "check_mode", "device", "elapsed", "parallel_map", "seed_everything",
-           "setup", "workers"]
+           "setup", "smoke_cut", "workers"]
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SLUG_RE = re.compile(r"^\d\d-[a-z0-9-]+$")
@@ -111,9 +113,19 @@ class Run:
     def quick(self) -> bool:
         return self.mode == "quick"
 
-    def config(self, quick: Mapping[str, Any], full: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The quick settings, with ``full``'s overrides applied in full mode. ``full`` may only change keys that
-        ``quick`` has, so a typo cannot add a setting that quick mode never uses."""
+    @property
+    def full(self) -> bool:
+        """Whether this run takes full mode's code path: in full mode and in the smoke tier (full mode, cut small).
+        A notebook branches on this (or on its settings), never on ``MODE`` itself."""
+        return self.mode in ("full", "smoke")
+
+    def config(self, quick: Mapping[str, Any], full: Mapping[str, Any] | None = None,
+               smoke: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The quick settings, with ``full``'s overrides applied in full mode, and ``smoke``'s cuts applied on top of
+        those in the smoke tier. ``full`` may only change keys that ``quick`` has, so a typo cannot add a setting
+        that quick mode never uses. ``smoke`` may only make full mode smaller (:func:`smoke_cut`): numbers and
+        lists of numbers, on the same side of 0 and 1, merged into nested settings key by key; every switch stays
+        as full mode sets it, so the smoke tier runs full mode's code path. Both are checked in every mode."""
         full = dict(full or {})
         unknown = sorted(set(full) - set(quick))
         if unknown:
@@ -122,7 +134,9 @@ class Run:
                  if _kind(v) != _kind(quick[k]) and "NoneType" not in (_kind(v), _kind(quick[k]))]
         if wrong:
             raise TypeError(f"full-mode settings of another type than their quick-mode default: {', '.join(wrong)}")
-        resolved = {**quick, **full} if self.mode == "full" else dict(quick)
+        tiers = {"quick": dict(quick), "full": {**quick, **full}}
+        tiers["smoke"] = smoke_cut(tiers["full"], smoke or {})
+        resolved = tiers[self.mode]
         self.settings.clear()
         self.settings.update(resolved)  # recorded in the results file by finish()
         return resolved
@@ -157,11 +171,12 @@ class Run:
 
 
 def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run:
-    """Validate the notebook parameters, seed everything, pin threads in quick mode, start the clock.
+    """Validate the notebook parameters, seed everything, pin threads in quick and smoke mode, start the clock.
 
     ``slug`` is the notebook's ``NN-name`` (its file stem). Quick mode is the CI configuration: one thread and
-    deterministic algorithms on CPU, so two runs give identical numbers. Full mode keeps torch's default
-    threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are recorded with the results.
+    deterministic algorithms on CPU, so two runs give identical numbers; the smoke tier runs the same way. Full
+    mode keeps torch's default threading. The paper's own packages (``packages:`` in ``book/papers.yml``) are
+    recorded with the results.
     With ``$REPRO_PORTABLE_KERNELS=1`` (quick mode's portable environment) convolutions avoid oneDNN and NNPACK
     (:func:`portable_kernels`), except in a notebook marked ``numerics: verdicts`` in ``book/papers.yml`` (its
     values are not kept between CPUs anyway, and ATen's convolution path made notebook 14 3.3x slower).
@@ -175,7 +190,7 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     check_mode(mode)
     offline.install_if_requested()
     dev = device(device_name)
-    if mode == "quick":
+    if mode in CI_MODES:
         pin_threads(1)
         if dev.type == "cpu":
             torch.use_deterministic_algorithms(True)
@@ -187,6 +202,48 @@ def setup(slug: str, mode: str, seed: int = 0, device_name: str = "auto") -> Run
     trace.install_if_requested()
     start_clock()
     return Run(slug=slug, mode=mode, seed=seed, device=dev, rng=rng, packages=entry.packages if entry else ())
+
+
+def smoke_cut(full: Mapping[str, Any], cuts: Mapping[str, Any], where: str = "smoke") -> dict[str, Any]:
+    """Full mode's settings with the smoke tier's ``cuts`` applied: the smoke tier may only make full mode smaller.
+
+    A cut replaces a number or a list of numbers (a size, a count, a grid); a nested mapping is cut key by key, so
+    its keys (tasks, arms) stay. A cut must keep what decides a code path: it stays on the same side of 0 and of 1
+    as full mode's value (a count of 0 switches a part off, a count of 1 skips the spread over seeds), and a list
+    stays empty, single or longer as it was. Everything else (bools, strings, None, lists of names or of dicts,
+    a mapping's keys) is a switch that the smoke tier cannot change: a ``KeyError`` names a cut of a setting full
+    mode does not have, a ``TypeError`` a cut of a switch or one that crosses 0 or 1."""
+    out = dict(full)
+    for key, value in cuts.items():
+        name = f"{where}.{key}"
+        if key not in full:
+            raise KeyError(f"smoke-tier setting {name} is not a setting of full mode")
+        base = full[key]
+        if isinstance(base, Mapping) and isinstance(value, Mapping):
+            out[key] = smoke_cut(base, value, name)
+        elif _size(base) and _size(value) and _kind(base) == _kind(value) and _side(base) == _side(value):
+            out[key] = value
+        else:
+            raise TypeError(f"smoke-tier setting {name} = {value!r}: the smoke tier may only cut numbers and lists "
+                            f"of numbers on the same side of 0 and 1 as full mode's {base!r} (a switch stays as "
+                            "full mode sets it)")
+    return out
+
+
+def _size(value: Any) -> bool:
+    """A number, or a (possibly nested) list or tuple of numbers: what the smoke tier may cut."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    return isinstance(value, list | tuple) and all(_size(v) for v in value)
+
+
+def _side(value: Any) -> tuple[int, int]:
+    """Where a size sits against 0 and 1 (a number's sign and whether it exceeds 1; a list's the same of its
+    length): the smoke tier keeps it, so a part full mode runs is never switched off by a cut."""
+    x = len(value) if isinstance(value, list | tuple) else value
+    return (x > 0) - (x < 0), int(x > 1)
 
 
 def _kind(value: Any) -> str:

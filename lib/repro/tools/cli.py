@@ -1,6 +1,6 @@
 """Command line: ``python -m repro run | book | sync | prepare | new | portability | trace-diff``.
 
-* ``run``: execute notebooks with papermill (``--mode quick|full``, ``--only 05,19``, ``--stale``, ``--jobs N``,
+* ``run``: execute notebooks with papermill (``--mode quick|full|smoke``, ``--only 05,19``, ``--stale``, ``--jobs N``,
   ``--cluster local:N|tcp://HOST:PORT``, ``--timeout S``, ``--cell-timeout S``, ``--seed K``), record
   ``results/manifest.json``, then sync the generated pages. One after another in this process by default; on
   Dask with ``--cluster`` (``--jobs N`` is ``--cluster local:N``; :mod:`repro.tools.cluster`). A notebook that
@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .paths import check_mode, project_root
+from .paths import CI_MODES, check_mode, project_root
 
 QUICK_TIMEOUT = 900.0  # s per notebook in quick mode (the whole process tree is killed past it)
 # s per cell in quick mode: about twice the slowest quick-mode cell measured so far (172 s, under load); a hang is
@@ -93,7 +93,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="the book's checkout (default: found from the current directory)")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="execute notebooks with papermill and record the manifest")
-    r.add_argument("--mode", type=_mode, default="quick", help="quick (CI scale, default) or full")
+    r.add_argument("--mode", type=_mode, default="quick",
+                   help="quick (CI scale, default), full, or smoke (full mode's code path at a tiny size, into "
+                   "results/smoke/; claims computed, not asserted)")
     r.add_argument("--only", type=_only, help="comma-separated notebook numbers, e.g. 05,19")
     r.add_argument("--jobs", type=int, default=1,
                    help="notebooks at once on this machine, the same as --cluster local:N (default 1: one after "
@@ -104,10 +106,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--stale", action="store_true",
                    help="only the notebooks whose results are stale or missing (their notebook or library changed)")
     r.add_argument("--timeout", type=_seconds("--timeout"), default=None,
-                   help="seconds per notebook before it is killed (default: 900 in quick mode, none in full mode)")
+                   help="seconds per notebook before it is killed (default: 900 in quick and smoke mode, none in full "
+                        "mode)")
     r.add_argument("--cell-timeout", type=_seconds("--cell-timeout"), default=None,
                    help="seconds per cell before the notebook is stopped and reported (default: 300 in quick "
-                        "mode, none in full mode); a timed-out notebook is retried once")
+                        "and smoke mode, none in full mode); a timed-out notebook is retried once")
     r.add_argument("--seed", type=_seed, default=0, help="SEED injected into every notebook (default 0)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--book", action="store_true",
@@ -164,7 +167,7 @@ def _run(args: argparse.Namespace, root: Path) -> int:
     from .cluster import ClusterError  # imports no Dask
 
     try:
-        quick = args.mode == "quick"
+        quick = args.mode in CI_MODES
         timeout = args.timeout if args.timeout is not None else (QUICK_TIMEOUT if quick else None)
         cell_timeout = args.cell_timeout if args.cell_timeout is not None else (
             QUICK_CELL_TIMEOUT if quick else None)

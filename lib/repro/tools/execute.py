@@ -194,15 +194,15 @@ def wait(proc: subprocess.Popen, timeout: float | None, cancelled: Callable[[], 
 
 def _kernel_env(notebook: Path, stage: Path, mode: str, unset: tuple[str, ...]) -> dict[str, str]:
     """The environment papermill and its kernel start with: this one less ``unset``, the staging results folder,
-    the portable numerics (quick), the offline guard (forced on in quick mode) and, where available, the request
-    for an empty network namespace (:func:`repro.tools.launcher.papermill_main`)."""
+    the portable numerics (quick and smoke), the offline guard (forced on in quick and smoke mode) and, where
+    available, the request for an empty network namespace (:func:`repro.tools.launcher.papermill_main`)."""
     env = {**os.environ, paths.RESULTS_ENV: str(stage), "PYTHONHASHSEED": "0", "REPRO_HEADLESS": "1",
            provenance.NOTEBOOK_ENV: str(notebook.resolve())}
     for key in unset:
         env.pop(key, None)
     env[launcher.PARENT_ENV] = str(os.getpid())  # papermill dies with this runner or Dask worker
-    if mode == "quick":
-        env[offline.ENV] = "1"  # quick mode is offline whatever the caller's environment says
+    if mode in paths.CI_MODES:
+        env[offline.ENV] = "1"  # quick and smoke mode are offline whatever the caller's environment says
         env.update(portable.QUICK_ENV)  # the same numbers on any AVX2 machine (repro.tools.portable)
     else:
         env.setdefault(offline.ENV, "1")

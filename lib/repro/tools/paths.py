@@ -1,7 +1,8 @@
 """Every path rule of the book, once: the checkout's root, the results folders, figures, the asset cache.
 
 * ``results/NN-slug.json`` quick-mode results (committed); ``results/full/`` full mode: its results files
-  are committed where a full run has been made, its executed notebooks are not;
+  are committed where a full run has been made, its executed notebooks are not; ``results/smoke/`` the smoke tier
+  (full mode's code path at a tiny size; never committed);
 * ``results/figures/NN-slug/name.png`` figures saved by notebooks (not committed);
 * ``results/manifest.json`` the runner's record of every run; ``results/logs/`` the failed runs it kept;
   ``results/.tmp/`` its staging folders;
@@ -18,7 +19,11 @@ from pathlib import Path
 
 RESULTS_ENV = "REPRO_RESULTS_DIR"
 CACHE_ENV = "REPRO_CACHE"
-MODES = ("quick", "full")
+MODES = ("quick", "full", "smoke")
+# The modes that run like CI: one thread, the portable numeric environment, offline whatever the caller says.
+# "smoke" is full mode's code path (every setting full mode switches, every arm it adds) at a tiny size, so that the
+# tests execute what only full mode reaches (repro.runtime.Run.config).
+CI_MODES = ("quick", "smoke")
 RESULTS = "results"  # the results folder's name in a checkout
 
 
