@@ -295,5 +295,6 @@ def test_new_paper_gets_a_registry_skeleton_and_a_registry_notebook(tmp_path):
     assert list(entries) == ["C1"] and entries["C1"].control.compare == "difference"
     text = nb_path.read_text()
     assert "claims-registry" in text and "Measure(" in text and "NBVAL_CHECK_OUTPUT" not in text
+    assert "smoke=dict(" in text  # the skeleton declares its smoke tier (tests/test_smoke.py runs it)
     with pytest.raises(FileExistsError, match="20-toy-paper"):
         scaffold.new_notebook(tmp_path, "20")

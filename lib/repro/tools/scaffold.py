@@ -56,7 +56,8 @@ def skeleton(root: Path, paper: Paper) -> nbformat.NotebookNode:
               "from repro.report import Measure\n\n"
               f'run = runtime.setup("{paper.stem}", MODE, SEED, DEVICE)\n'
               "plotting.use_style()\n"
-              "CFG = run.config(quick=dict(n=1000), full=dict(n=100_000))  # full lists only what changes"),
+              "CFG = run.config(quick=dict(n=1000), full=dict(n=100_000),  # full lists only what changes\n"
+              "                 smoke=dict(n=200))  # the smoke tier: full mode's code path, cut small"),
         _md(f"## Method\n\nThe equations, then: *Implemented in `{module}.function`* (every dotted name is checked "
             "to resolve). **Data**: where it comes from (generated / shipped in a PyPI package / committed)."),
         _md("## Experiments\n\nOne section per reproduced figure or table (\"Reproduces Fig. 3\"), with the paper's "
