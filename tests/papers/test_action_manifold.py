@@ -350,3 +350,11 @@ def test_learned_schema_interpolates_shapes_the_mean_lookup_cannot():
     with torch.no_grad():
         W = model.schema(fixed.skill[:1], fixed.shape[:1])[0, 0]
     assert float((W - G.SchemaLookup(fixed, 32).mean[0].float()).abs().max()) < 5e-3
+
+
+def test_exact_checks_run_with_fewer_draws_than_scipy_comparisons():
+    """The smoke tier's size: fewer random group elements (n_g) than the 200 scipy comparisons used to index past
+    them; the checks still hold to float64 precision."""
+    checks = G.exact_checks(G.skill_paths(), n_g=40, warps_per=2, seed=0)
+    assert checks.schema_invariance < 1e-9 and checks.exp_log < 1e-9 and checks.vs_scipy < 1e-9
+    assert checks.roundtrip_sim2 < 1e-12 and checks.warp.shape == (len(G.SKILLS), 4)
