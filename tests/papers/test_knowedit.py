@@ -249,7 +249,8 @@ def test_toy_run_is_deterministic_per_seed():
     """One seed end to end at a tiny size: every editor's trace at every checkpoint, and the same numbers from the
     same seed (the full-mode seed spread relies on it); a missing setting is a clear error."""
     cfg = dict(subjects=12, steps=60, d_model=32, layers=2, heads=2, d_ff=64, edits=3, layer=0, checkpoints=[1, 3],
-               short=[1, 3], threshold=0.5, alpha_tol=1e-3, memit_weight=1.0, v_steps=4, cov_batches=2)
+               short=[1, 3], threshold=0.5, alpha_tol=1e-3, memit_weight=1.0, v_steps=4, cov_batches=2,
+               reasoning=500, contexts=200)
     with pytest.raises(KeyError, match="v_steps"):
         K.toy_run({k: v for k, v in cfg.items() if k != "v_steps"}, np.random.default_rng(0), _bag_of_words)
     a, b = (K.toy_run(cfg, np.random.default_rng(5), _bag_of_words) for _ in range(2))
@@ -259,3 +260,10 @@ def test_toy_run_is_deterministic_per_seed():
     np.testing.assert_equal([a.base] + [a.traces[n].metrics for n in a.traces],  # NaN == NaN here
                             [b.base] + [b.traces[n].metrics for n in b.traces])
     np.testing.assert_equal(*(K.toy_summary(r.base, r.traces, 0) for r in (a, b)))
+    # the editors are independent jobs: in two processes (the notebook's run.map) they give the loop's numbers
+    from repro.runtime import parallel_map
+
+    c = K.toy_run(cfg, np.random.default_rng(5), _bag_of_words, mapper=lambda f, xs: parallel_map(f, xs, 2))
+    np.testing.assert_equal([a.traces[n].metrics for n in a.traces], [c.traces[n].metrics for n in c.traces])
+    np.testing.assert_equal([a.traces[n].single_hits for n in a.traces], [c.traces[n].single_hits for n in c.traces])
+    np.testing.assert_equal(a.null.R_accum, c.null.R_accum)

@@ -4,6 +4,7 @@ MLP written out by hand and transformers' own hidden states (the hooked keys), t
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -182,3 +183,17 @@ def test_memit_spread_over_one_layer_is_memit(tiny_llama):
     moved = torch.cat([KL.layer_output_at(model, 2, t, p) for t, p in prompts]) - h
     share = (moved * deltas).sum(1) / (deltas * deltas).sum(1)
     assert (share > 0).all() and (share < 0.5).all()
+
+
+def test_spread_and_the_smaller_probes():
+    """The smoke tier's smaller sets: ``spread`` keeps the first and last items and is the identity at full size, so
+    full mode screens every fact and asks every sum, in the order it always did."""
+    assert KL.spread(range(10), 3) == [0, 4, 9] and KL.spread(range(10), None) == list(range(10))
+    assert KL.spread(range(10), 10) == KL.spread(range(10), 99) == list(range(10))
+    with pytest.raises(ValueError, match="n must be"):
+        KL.spread(range(10), 0)
+    assert KL.arithmetic_probe(100) == KL.arithmetic_probe()
+    few = KL.arithmetic_probe(3)
+    assert [a for _, a in few] == ["0", "5", "18"] and few[0][0].endswith("0 + 0 =")
+    assert [w for _, w in KL.copy_probe(np.random.default_rng(0), 2)] == \
+        [w for _, w in KL.copy_probe(np.random.default_rng(0))][:2]

@@ -35,6 +35,7 @@ from .method import (
 )
 
 Tensor = torch.Tensor
+Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]  # e.g. repro.runtime.Run.map
 EDITORS = ("rome", "memit", "alphaedit", "retrieval")
 
 
@@ -573,14 +574,22 @@ def claim_data(traces: Mapping[str, Trace], null: NullControls, layer: int) -> C
                      list(rome.Ts[1:]), rho)
 
 
+EDITOR_JOBS = ("rome", "rome_call", "memit", "alphaedit", "retrieval", "single")  # compare_editors' tasks
+
+
 def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, checkpoints: list[int],
                     short_checkpoints: list[int], threshold: float, alpha_tol: float, memit_weight: float,
                     v_steps: int, cov_batches: int, rng: np.random.Generator,
-                    base_items: dict[str, np.ndarray] | None = None) -> dict[str, Trace]:
+                    base_items: dict[str, np.ndarray] | None = None, mapper: Mapper | None = None
+                    ) -> dict[str, Trace]:
     """Every editor of the notebook on one trained model: ROME with C from facts and contexts ("rome"), the same
     with C from the full training mix ("rome_call", the control), MEMIT and AlphaEdit (their statistics from
     facts and contexts) and retrieval; each trace's ``single`` is the editor's single-setting reliability
-    (:func:`single_edit_reliability`; not run for the control)."""
+    (:func:`single_edit_hits`; not run for the control).
+
+    The key statistics come from ``rng``; then each of the six jobs (:data:`EDITOR_JOBS`) draws its prompts from a
+    generator of its own, seeded from ``rng``, so the jobs are independent: ``mapper`` (``run.map`` in the notebook:
+    both cores in quick mode) runs them in any order or in parallel with the same numbers as the plain loop."""
     w = suite.world
     keys = {flag: key_statistics(model, w, layer, rng, with_reasoning=flag, batches=cov_batches) for flag in (0, 1)}
     cov = {flag: key_covariance(k) for flag, k in keys.items()}
@@ -589,28 +598,46 @@ def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, c
     items0 = base_items
     embed_fn = CachedEmbedder(embed_fn)  # every fact and query embedded once, in one batch
     embed_fn.warm(_texts(suite))
-    out = {"rome": run_parametric(model, suite, "rome", layer, checkpoints, rng, C=cov[0], v_steps=v_steps,
-                                  base_items=items0),
-           "rome_call": run_parametric(model, suite, "rome", layer, short_checkpoints, rng, C=cov[1],
-                                       v_steps=v_steps, base_items=items0),
-           "memit": run_parametric(model, suite, "memit", layer, short_checkpoints, rng, C=cov[0],
-                                   memit_weight=memit_weight, v_steps=v_steps, base_items=items0),
-           "alphaedit": run_parametric(model, suite, "alphaedit", layer, short_checkpoints, rng, K0=keys[0],
-                                       alpha_tol=alpha_tol, v_steps=v_steps, base_items=items0)}
-    out["retrieval"] = run_retrieval(model, suite, RetrievalEditor(embed_fn, threshold), short_checkpoints,
-                                     base_items=items0)
-    single = single_edit_hits(model, suite, embed_fn, layer, rng, C=cov[0], K0=keys[0], threshold=threshold,
-                              alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
+    shared = dict(v_steps=v_steps, base_items=items0)
+    stats = dict(threshold=threshold, alpha_tol=alpha_tol, memit_weight=memit_weight, v_steps=v_steps)
+
+    def job(task: tuple[str, int]) -> Any:
+        name, seed = task
+        r = np.random.default_rng(seed)
+        if name == "rome":
+            return run_parametric(model, suite, "rome", layer, checkpoints, r, C=cov[0], **shared)
+        if name == "rome_call":
+            return run_parametric(model, suite, "rome", layer, short_checkpoints, r, C=cov[1], **shared)
+        if name == "memit":
+            return run_parametric(model, suite, "memit", layer, short_checkpoints, r, C=cov[0],
+                                  memit_weight=memit_weight, **shared)
+        if name == "alphaedit":
+            return run_parametric(model, suite, "alphaedit", layer, short_checkpoints, r, K0=keys[0],
+                                  alpha_tol=alpha_tol, **shared)
+        if name == "retrieval":
+            return run_retrieval(model, suite, RetrievalEditor(embed_fn, threshold), short_checkpoints,
+                                 base_items=items0)
+        return single_edit_hits(model, suite, embed_fn, layer, r, C=cov[0], K0=keys[0], **stats)
+
+    seeds = rng.integers(2**63, size=len(EDITOR_JOBS))
+    done = dict(zip(EDITOR_JOBS, (mapper or _loop)(job, list(zip(EDITOR_JOBS, seeds.tolist(), strict=True))),
+                    strict=True))
+    single = done.pop("single")
     for name, hits in single.items():
-        out[name].single, out[name].single_hits = float(hits.mean()), hits
-    return out
+        done[name].single, done[name].single_hits = float(hits.mean()), hits
+    return done
+
+
+def _loop(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """The plain loop: ``mapper``'s default."""
+    return [fn(x) for x in items]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # one seed end to end, and the numbers the claims read
 
 TOY_KEYS = ("subjects", "steps", "d_model", "layers", "heads", "d_ff", "edits", "layer", "checkpoints", "short",
-            "threshold", "alpha_tol", "memit_weight", "v_steps", "cov_batches")
+            "threshold", "alpha_tol", "memit_weight", "v_steps", "cov_batches", "reasoning", "contexts")
 
 
 @dataclass
@@ -627,13 +654,14 @@ class ToyRun:
     null: NullControls | None = None
 
 
-def toy_run(cfg: Mapping[str, Any], rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu"
-            ) -> ToyRun:
+def toy_run(cfg: Mapping[str, Any], rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu",
+            mapper: Mapper | None = None) -> ToyRun:
     """The notebook's toy pipeline for one seed: :func:`~.problems.make_world`, :func:`train_toy`,
     :func:`make_suite`, :func:`evaluate` and :func:`compare_editors`, in that order, all drawing on ``rng`` (so
     ``toy_run(cfg, np.random.default_rng(s), ...)`` is the notebook's run with ``SEED = s``). ``cfg`` holds the
-    notebook's settings (:data:`TOY_KEYS`; other keys are ignored)."""
-    return toy_edit(cfg, *toy_train(cfg, rng, device), rng, embed_fn, device)
+    notebook's settings (:data:`TOY_KEYS`; other keys are ignored). ``mapper`` runs the editors
+    (:func:`compare_editors`), with the same numbers whatever it is."""
+    return toy_edit(cfg, *toy_train(cfg, rng, device), rng, embed_fn, device, mapper)
 
 
 def _check_cfg(cfg: Mapping[str, Any]) -> None:
@@ -653,17 +681,18 @@ def toy_train(cfg: Mapping[str, Any], rng: np.random.Generator, device: torch.de
 
 
 def toy_edit(cfg: Mapping[str, Any], world: P.World, model: Transformer, losses: list[float],
-             rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu") -> ToyRun:
+             rng: np.random.Generator, embed_fn: Callable, device: torch.device | str = "cpu",
+             mapper: Mapper | None = None) -> ToyRun:
     """The second half of :func:`toy_run` (``rng`` continuing from :func:`toy_train`): the suite, every editor and
     the random controls (:func:`random_controls`)."""
     _check_cfg(cfg)
-    suite = make_suite(world, cfg["edits"], rng, device=device)
+    suite = make_suite(world, cfg["edits"], rng, n_reasoning=cfg["reasoning"], n_ctx=cfg["contexts"], device=device)
     items0 = evaluate_items(model.eval(), suite, 0)
     base = evaluate(model, suite, 0, items0)
     traces = compare_editors(model, suite, embed_fn, layer=cfg["layer"], checkpoints=cfg["checkpoints"],
                              short_checkpoints=cfg["short"], threshold=cfg["threshold"], alpha_tol=cfg["alpha_tol"],
                              memit_weight=cfg["memit_weight"], v_steps=cfg["v_steps"], cov_batches=cfg["cov_batches"],
-                             rng=rng, base_items=items0)
+                             rng=rng, base_items=items0, mapper=mapper)
     null = random_controls(model, suite, cfg["layer"], traces, rng)
     return ToyRun(world, model, losses, suite, base, traces, null)
 

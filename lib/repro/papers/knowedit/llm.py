@@ -388,11 +388,22 @@ class LLMSuite:
     heldout: Tensor
 
 
-def arithmetic_probe() -> list[tuple[str, str]]:
-    """Few-shot one-digit addition: four fixed solved examples, then ``a + b =`` for all 100 pairs of digits,
-    answered by greedy decoding."""
+def arithmetic_probe(n: int = 100) -> list[tuple[str, str]]:
+    """Few-shot one-digit addition: four fixed solved examples, then ``a + b =`` for ``n`` of the 100 pairs of
+    digits (:func:`spread`; all of them in order by default), answered by greedy decoding."""
     shots = "2 + 5 = 7\n4 + 4 = 8\n6 + 3 = 9\n1 + 7 = 8\n"
-    return [(f"{shots}{a} + {b} =", str(a + b)) for a in range(10) for b in range(10)]
+    return spread([(f"{shots}{a} + {b} =", str(a + b)) for a in range(10) for b in range(10)], n)
+
+
+def spread(items: Sequence[Any], n: int | None) -> list[Any]:
+    """``n`` of ``items`` evenly spaced over the sequence, first and last included (all of them, in order, when
+    ``n`` is ``None`` or at least their number): the smaller sets of the smoke tier still span every kind."""
+    items = list(items)
+    if n is None or n >= len(items):
+        return items
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return [items[i] for i in np.linspace(0, len(items) - 1, n).round().astype(int)]
 
 
 COPY_WORDS = ("apple", "river", "candle", "garden", "window", "silver", "pencil", "mountain", "basket", "rocket",
@@ -414,10 +425,12 @@ def single_token_id(tokenizer: Any, word: str) -> int | None:
 
 
 def make_llm_suite(model: nn.Module, tokenizer: Any, rng: np.random.Generator, *, n_edits: int, n_loc: int,
-                   heldout_chunks: int, chunk_len: int, facts: Sequence[Fact] | None = None) -> LLMSuite:
+                   heldout_chunks: int, chunk_len: int, facts: Sequence[Fact] | None = None, n_arith: int = 100,
+                   n_copy: int = 30) -> LLMSuite:
     """Keep the facts the model answers correctly (greedy first word), one fact per subject; ``n_loc`` random
     subjects' facts for locality, then up to ``n_edits`` edits, each with a random counterfactual object of the same
-    relation (a single token, another first word)."""
+    relation (a single token, another first word); the probes: ``n_arith`` sums (:func:`arithmetic_probe`) and
+    ``n_copy`` words to copy (:func:`copy_probe`)."""
     if n_edits < 1 or n_loc < 1:
         raise ValueError(f"n_edits and n_loc must be >= 1, got {n_edits}, {n_loc}")
     facts = list(candidate_facts() if facts is None else facts)
@@ -447,7 +460,7 @@ def make_llm_suite(model: nn.Module, tokenizer: Any, rng: np.random.Generator, *
         ids.append(tid)
     heldout = token_chunks(tokenizer, docstring_corpus(HELDOUT_MODULES), heldout_chunks, chunk_len)
     return LLMSuite(len(facts), known, edits, targets, ids, loc,
-                    {"arith": arithmetic_probe(), "copy": copy_probe(rng)}, heldout)
+                    {"arith": arithmetic_probe(n_arith), "copy": copy_probe(rng, n_copy)}, heldout)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -572,14 +585,15 @@ def memit_spread(model: nn.Module, layers: Sequence[int], prompts: Sequence[tupl
 
 def run_llm_parametric(model: nn.Module, tokenizer: Any, suite: LLMSuite, editor: str, layer: int,
                        checkpoints: Sequence[int], *, C: Tensor, v_steps: int = 20, memit_weight: float = 15000.0,
-                       covs: dict[int, Tensor] | None = None, progress: Callable[[str], None] | None = None
-                       ) -> Trace:
+                       covs: dict[int, Tensor] | None = None, progress: Callable[[str], None] | None = None,
+                       base: tuple[dict[str, float], Tensor] | None = None) -> Trace:
     """Sequential edits of the suite at ``down_proj`` of ``layer``: ROME one at a time (``ΔW`` of
     :func:`~.method.rome_update` with ``C⁻¹``), or MEMIT on the edits between two checkpoints as one batch
     (:func:`~.method.memit_update` with ``memit_weight · C``, MEMIT's ``mom2_update_weight``), evaluating at each
     checkpoint (``T = 0``: unedited) with R_k of the residual stream after ``layer``. ``"memit_spread"`` is MEMIT
     over the layers of ``covs`` (layer → its ``C``; the last one is ``layer``, where v* is computed), as MEMIT
-    spreads an edit (:func:`memit_spread`). The weights are restored."""
+    spreads an edit (:func:`memit_spread`). The weights are restored. ``base``: the unedited model's
+    :func:`llm_evaluate` at ``layer``, if already computed (it is the same for every editor)."""
     if editor not in ("rome", "memit", "memit_spread"):
         raise ValueError(f"unknown editor {editor!r} (rome, memit or memit_spread)")
     if editor == "memit_spread" and (not covs or max(covs) != layer):
@@ -591,8 +605,8 @@ def run_llm_parametric(model: nn.Module, tokenizer: Any, suite: LLMSuite, editor
     W0 = [m.weight.data.clone() for m in edited]
     C64 = C.double()
     C_inv = torch.linalg.inv(C64) if editor == "rome" else None
-    met, H0 = llm_evaluate(model, tokenizer, suite, 0, layer)
-    trace, done = Trace(editor, [0], [met]), 0
+    met, H0 = llm_evaluate(model, tokenizer, suite, 0, layer) if base is None else base
+    trace, done = Trace(editor, [0], [dict(met)]), 0
     H0 = H0.double()
     try:
         for T in checkpoints:
@@ -671,17 +685,23 @@ def llm_study(model: nn.Module, tokenizer: Any, embed_fn: Callable[[Sequence[str
               rng: np.random.Generator, *, layer: int, n_edits: int, n_loc: int, checkpoints: Sequence[int],
               editors: Sequence[str] = ("rome",), v_steps: int = 20, threshold: float = 0.8, cov_chunks: int = 128,
               heldout_chunks: int = 16, chunk_len: int = 64, memit_weight: float = 15000.0,
-              memit_layers: Sequence[int] = (), progress: Callable[[str], None] | None = None) -> LLMStudy:
-    """The SmolLM2 tier: the suite of known facts, the key statistics ``C = E[kkᵀ]`` of ``down_proj`` of ``layer``
-    over ``cov_chunks × chunk_len`` docstring tokens, sequential edits with each of ``editors`` and retrieval at the
-    checkpoints that fit the number of edits, and the R_k summaries (:func:`~.experiment.rk_summary`). The editor
-    ``"memit_spread"`` edits ``memit_layers`` (increasing, ending at ``layer``), each with its own ``C`` from the
-    same tokens."""
+              memit_layers: Sequence[int] = (), n_candidates: int | None = None, n_arith: int = 100,
+              n_copy: int = 30, progress: Callable[[str], None] | None = None) -> LLMStudy:
+    """The SmolLM2 tier: the suite of known facts (``n_candidates`` of the written facts screened, evenly spread,
+    all by default; the probes' sizes ``n_arith``, ``n_copy``: :func:`make_llm_suite`), the key statistics
+    ``C = E[kkᵀ]`` of ``down_proj`` of ``layer`` over ``cov_chunks × chunk_len`` docstring tokens, sequential edits
+    with each of ``editors`` and retrieval at the checkpoints that fit the number of edits, and the R_k summaries
+    (:func:`~.experiment.rk_summary`). The editor ``"memit_spread"`` edits ``memit_layers`` (increasing, ending at
+    ``layer``), each with its own ``C`` from the same tokens."""
     suite = make_llm_suite(model, tokenizer, rng, n_edits=n_edits, n_loc=n_loc, heldout_chunks=heldout_chunks,
-                           chunk_len=chunk_len)
+                           chunk_len=chunk_len, facts=spread(candidate_facts(), n_candidates), n_arith=n_arith,
+                           n_copy=n_copy)
     n = len(suite.edits)
     Ts = sorted({T for T in checkpoints if T < n} | {n})
     ids = token_chunks(tokenizer, docstring_corpus(COV_MODULES), cov_chunks, chunk_len)
+    if ids.numel() < down_proj(model, layer).in_features:  # fewer keys than dimensions: C is singular
+        raise ValueError(f"C = E[kkᵀ] needs at least {down_proj(model, layer).in_features} tokens, got "
+                         f"cov_chunks x chunk_len = {ids.numel()}")
     C = key_covariance(down_proj_keys(model, layer, ids).double())
     covs = None
     if "memit_spread" in editors:
@@ -689,12 +709,12 @@ def llm_study(model: nn.Module, tokenizer: Any, embed_fn: Callable[[Sequence[str
             raise ValueError(f"memit_spread needs memit_layers ending at layer {layer}, got {list(memit_layers)}")
         covs = {m: C if m == layer else key_covariance(down_proj_keys(model, m, ids).double()) for m in memit_layers}
     study = LLMStudy(suite, {}, cov_tokens=ids.numel())
+    base = llm_evaluate(model, tokenizer, suite, 0, layer)  # the unedited model, shared by every editor
     for ed in editors:
         tr = run_llm_parametric(model, tokenizer, suite, ed, layer, Ts, C=C, v_steps=v_steps,
-                                memit_weight=memit_weight, covs=covs, progress=progress)
+                                memit_weight=memit_weight, covs=covs, progress=progress, base=base)
         study.traces[ed] = tr
         study.rk[ed] = [rk_summary(s[0], r[0]) for s, r in zip(tr.sigma, tr.R, strict=True)]
-    base = study.traces[editors[0]].metrics[0] if editors else None
     study.traces["retrieval"] = run_llm_retrieval(model, tokenizer, suite, RetrievalEditor(embed_fn, threshold), Ts,
-                                                  base)
+                                                  dict(base[0]))
     return study
