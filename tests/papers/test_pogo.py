@@ -700,3 +700,109 @@ def test_baselines_reject_bad_input():
         P.stepper("geoopt RAdam (QR)", X, X)
     with pytest.raises(ValueError, match="steps"):
         P.run_method(P.ProcrustesProblem.generate(1, 3, 4, generator=gen(1)), "POGO (SGD)", 0.1, X, 0, rows=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The triangular Gram of the fused step and the FLOP counts of the benchmark's roofline (issue 43)
+
+
+@pytest.mark.parametrize("block_rows", [0, 1, 2, 3, 5, 7, 12])
+def test_triangular_gram_equals_the_full_product(block_rows):
+    X = torch.randn(2, 3, 7, 19, dtype=F64, generator=gen(60))  # two batch axes, 7 rows: ragged last blocks
+    S = P.gram(X, block_rows)
+    torch.testing.assert_close(S, X @ X.mT, atol=1e-13, rtol=0)
+    if 0 < block_rows < 7:  # below the diagonal blocks: the mirror of the blocks above
+        below = torch.ones(7, 7, dtype=torch.bool).tril(-1) & (torch.arange(7)[:, None] // block_rows
+                                                               > torch.arange(7)[None, :] // block_rows)
+        assert torch.equal(S[..., below], S.mT[..., below])
+    with pytest.raises(ValueError, match="block_rows"):
+        P.gram(X, -1)
+
+
+def test_gram_block_rule():
+    r = P.GRAM_BLOCK_ROWS
+    assert P.gram_block_rows(4 * r - 1) == 0 and P.gram_block_rows(4 * r) == r  # at least four blocks, on the CPU
+    assert P.gram_block_rows(1024, "meta") == 0  # off the CPU: one product
+    assert P.gram_block_rows(5, "cpu", 2) == 2 and P.gram_block_rows(1024, "cpu", 0) == 0
+    with pytest.raises(ValueError, match="gram_rows"):
+        P.gram_block_rows(8, "cpu", -1)
+
+
+@pytest.mark.parametrize("p,n", [(6, 15), (6, 8)])  # the wide form (n >= 2p) and the square form
+def test_fused_step_with_triangular_grams(p, n):
+    # the same step as the two halves whatever the blocks; in the optimiser too, in place and out of place (rows)
+    X = P.random_stiefel(5, p, n, dtype=F64, generator=gen(61))
+    D = torch.randn(X.shape, dtype=F64, generator=gen(62))
+    want = P.normal_correction(X - 0.3 * P.relative_gradient(X, D))
+    for rows in (0, 1, 4, None):
+        torch.testing.assert_close(P.pogo_update(X, D, 0.3, gram_rows=rows), want, atol=1e-14, rtol=0)
+    loss = quadratic_problem(5, p, n, seed=63)
+    for orient in (True, False):
+        out = []
+        for rows in (0, 4):
+            W = (X if orient else X.mT).clone().requires_grad_()
+            opt = P.POGO([W], lr=0.1, base=P.SGDBase(momentum=0.5), rows=orient, gram_rows=rows)
+            for _ in range(4):
+                opt.zero_grad()
+                loss(W if orient else W.mT).backward()
+                opt.step()
+            out.append(W.detach())
+        torch.testing.assert_close(out[0], out[1], atol=1e-14, rtol=0)
+    with pytest.raises(ValueError, match="gram_rows"):
+        P.POGO([X.clone().requires_grad_()], lr=0.1, gram_rows=-1)
+
+
+def _counted_flops(step) -> int:
+    """FLOPs of the matrix products ``step()`` runs, by torch's FlopCounterMode. Its registry has ``baddbmm`` but
+    not the in-place ``baddbmm_`` (POGO's fused step uses it once): that one is counted here as ``2·b·m·k·n``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def inplace_baddbmm(self_shape, a_shape, b_shape, *args, **kwargs) -> int:
+        b, m, k = a_shape
+        return 2 * b * m * k * b_shape[-1]
+
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: inplace_baddbmm}) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("b,p,n,rows", [(3, 5, 12, None), (2, 12, 30, 5), (4, 6, 8, 4), (2, 7, 7, None),
+                                        (1, 256, 512, None)])  # wide, triangles of 5 rows, square; auto triangles
+def test_pogo_flops_match_the_torch_flop_counter(b, p, n, rows):
+    F = P.flops
+    X = P.random_stiefel(b, p, n, generator=gen(64))
+    D = torch.randn(X.shape, generator=gen(65))
+    want = F.pogo_flops(b, p, n, gram_rows=rows)
+    assert _counted_flops(lambda: P.pogo_update(X, D, 0.1, gram_rows=rows)) == want
+    assert _counted_flops(lambda: P.pogo_update(X, D, 0.1, gram_rows=rows, block_bytes=1)) == want  # blocked
+    W = X.clone().requires_grad_()
+    W.grad = D
+    step = P.POGO([W], lr=0.1, gram_rows=rows, drift_tol=None, check_tol=None).step
+    assert _counted_flops(step) == want  # the optimiser adds no product
+    full, tri = F.pogo_flops(1, 512, 1024, gram_rows=0), F.pogo_flops(1, 512, 1024)
+    assert full == 12 * 512**2 * 1024 and tri == 10.25 * 512**2 * 1024 and F.pogo_torch_flops(1, 512, 1024) == full
+
+
+def test_baseline_flops_match_the_torch_flop_counter():
+    # Landing and pogo-torch: every FLOP is a product; geoopt: the products are counted, QR and the solve are not
+    F = P.flops
+    b, p, n = 3, 4, 10
+    X0 = P.random_stiefel(b, p, n, generator=gen(66))
+    G = torch.randn(X0.shape, generator=gen(67))
+    X = X0.clone().requires_grad_()
+    X.grad = G.clone()
+    assert _counted_flops(P.Landing([X], lr=0.1).step) == F.landing_flops(b, p, n) == 8 * b * p * p * n
+    reference, base, _ = import_reference()
+    X = X0.clone().requires_grad_()
+    X.grad = G.clone()
+    assert _counted_flops(reference.POGO([X], base.SGD(), 0.1).step) == F.pogo_torch_flops(b, p, n)
+    geoopt = P.import_geoopt()
+    lapack = {"QR": 2 * (2 * n * p * p - 2 * p**3 / 3), "Cayley": 2 * n**3 / 3 + 2 * n * n * p}  # per matrix
+    for kind, manifold, count in (("QR", geoopt.EuclideanStiefel(), F.geoopt_qr_flops),
+                                  ("Cayley", geoopt.CanonicalStiefel(), F.geoopt_cayley_flops)):
+        X = geoopt.ManifoldParameter(X0.mT.clone(), manifold=manifold)
+        X.grad = G.mT.clone()
+        products = _counted_flops(geoopt.optim.RiemannianSGD([X], lr=0.1).step)
+        assert products == pytest.approx(count(b, p, n) - b * lapack[kind])
+    assert F.step_bytes(b, p, n) == 3 * b * p * n * 4
+    assert set(F.FLOPS) == set(F.WORK)
