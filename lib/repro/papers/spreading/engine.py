@@ -19,10 +19,21 @@ Two exact reformulations make a step cheap (no random numbers per node per step)
    ``P(D > k) = Π_j (1 − p_j)``, which the engine tabulates once (:func:`~.hazards.period_survival`) and samples by
    inverse CDF at infection; the node recovers at the end of step ``infected_at + D``.
 
-A step is then: one subtraction over the ``[replicas, nodes]`` thresholds, two comparisons, and an update of the
-infectious-neighbour counts ``n`` by scatter-add over the neighbours of the nodes that changed (CSR adjacency), so
-the work of the counts is proportional to the events, not to the edges. Replicas whose epidemic died out are
-dropped from the working arrays (compaction; FlashSpread does the same), their final state kept.
+A step is then: one subtraction and one comparison over the ``[replicas, nodes]`` thresholds (the only dense work,
+bound by memory bandwidth), the recoveries due at this step (a comparison over the list of infectious nodes and
+their drawn recovery steps), and an update of the infectious-neighbour counts ``n`` by scatter-add over the
+neighbours of the nodes that changed (CSR adjacency), so the work of the counts is proportional to the events, not to
+the edges. Replicas whose epidemic died out are dropped from the working arrays (compaction; FlashSpread does the
+same), their final state kept: at the end of each decision interval, the last live rows moved into the places of the
+extinct ones.
+
+Speed (issue 43): the step is written against a dozen array operations (:class:`_TorchKernels`); on CPU they run on
+NumPy views of the same tensors (:class:`_NumpyKernels`), since torch's single-threaded CPU kernels for gathers,
+``nonzero`` and ``repeat_interleave`` at a step's sizes were 2-6x slower. Both give bit-identical outbreaks (tested),
+and the random numbers are drawn as before (all of them in :meth:`RenewalSIR.reset` and the vaccination), so every
+outbreak is the one the engine gave before. Measured side by side against the previous engine on one thread (CPU
+time, BA graphs, Weibull(3, 5), β = 0.1): 0.64 → 0.31 ms per epidemic at N = 10³ (1024 replicas), 8.6 → 4.5 ms at
+10⁴ (256), 66 → 28 ms at 10⁵ (4). Where the time goes and the roofline: ``benchmarks/bench_spreading.py``.
 
 Control (:meth:`RenewalSIR.step`): at the start of a decision interval, each susceptible node of tier ``k`` is
 vaccinated (S → V) with probability ``action[replica, k]``, at most ``budget`` doses per replica and episode (a
@@ -86,13 +97,124 @@ class StepResult:
     doses: Tensor
 
 
+class _TorchKernels:
+    """The array operations of a tau-leap step on torch tensors (any device). The step is written against this small
+    set, so that on CPU it can run on NumPy views of the same memory (:class:`_NumpyKernels`)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._cache: dict = {}
+
+    def native(self, t: Tensor) -> Tensor:
+        return t
+
+    def tensor(self, a: Tensor) -> Tensor:
+        return a
+
+    def nonzero(self, mask: Tensor) -> Tensor:
+        return torch.nonzero(mask.view(-1)).squeeze(1)
+
+    def scan(self, E: Tensor, n: Tensor) -> Tensor:
+        E.sub_(n)
+        return self.nonzero(E < 0)
+
+    def take(self, x: Tensor, idx: Tensor) -> Tensor:
+        return x.index_select(0, idx)
+
+    def cat(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.cat([a, b])
+
+    def repeat(self, x: Tensor, counts: Tensor, total: int) -> Tensor:
+        return torch.repeat_interleave(x, counts, output_size=total)  # the size given: no device sync
+
+    def cumsum(self, x: Tensor) -> Tensor:
+        return torch.cumsum(x, 0)
+
+    def arange(self, n: int) -> Tensor:
+        return torch.arange(n, device=self.device)
+
+    def searchsorted(self, table: Tensor, v: Tensor) -> Tensor:
+        return torch.searchsorted(table, v, right=True)
+
+    def fill(self, x: Tensor, idx: Tensor, value: float) -> None:
+        x.index_fill_(0, idx, value)
+
+    def put(self, x: Tensor, idx: Tensor, values: Tensor) -> None:
+        x.index_copy_(0, idx, values)
+
+    def scatter_add(self, x: Tensor, idx: Tensor, value: float) -> None:
+        x.scatter_add_(0, idx, self._constant(len(idx), value, x.dtype))
+
+    def _constant(self, n: int, value: float, dtype: torch.dtype) -> Tensor:
+        """A cached contiguous vector of ``n`` copies of ``value`` (scatter_add_ reads a contiguous source fastest)."""
+        buf = self._cache.get((value, dtype))
+        if buf is None or len(buf) < n:
+            buf = torch.full((max(n, 2 * (0 if buf is None else len(buf))),), value, dtype=dtype, device=self.device)
+            self._cache[(value, dtype)] = buf
+        return buf[:n]
+
+
+class _NumpyKernels(_TorchKernels):
+    """The same operations on NumPy views of CPU tensors: at the sizes of a step (10³–10⁵ events) torch's
+    single-threaded CPU gathers, comparisons, ``nonzero`` and ``repeat_interleave`` were 2-6x slower than NumPy's
+    here (measured); the scatter-add stays torch's ``scatter_add_`` (NumPy's ``add.at`` was 50x slower)."""
+
+    def native(self, t: Tensor) -> np.ndarray:
+        return t.numpy()
+
+    def tensor(self, a: np.ndarray) -> Tensor:
+        return torch.from_numpy(a)
+
+    def nonzero(self, mask: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(mask)
+
+    def scan(self, E: np.ndarray, n: np.ndarray) -> np.ndarray:
+        np.subtract(E, n, out=E)
+        buf = self._cache.get("mask")
+        if buf is None or buf.size < E.size:  # a reused mask: a fresh one per step costs page faults
+            buf = self._cache["mask"] = np.empty(E.size, dtype=bool)
+        mask = buf[: E.size].reshape(E.shape)
+        np.less(E, 0, out=mask)
+        return np.flatnonzero(mask)
+
+    def take(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return x[idx]
+
+    def cat(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate([a, b])
+
+    def repeat(self, x: np.ndarray, counts: np.ndarray, total: int) -> np.ndarray:
+        return np.repeat(x, counts)
+
+    def cumsum(self, x: np.ndarray) -> np.ndarray:
+        return np.cumsum(x)
+
+    def arange(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+    def searchsorted(self, table: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return np.searchsorted(table, v, side="right")
+
+    def fill(self, x: np.ndarray, idx: np.ndarray, value: float) -> None:
+        x[idx] = value
+
+    def put(self, x: np.ndarray, idx: np.ndarray, values: np.ndarray) -> None:
+        x[idx] = values
+
+    def scatter_add(self, x: np.ndarray, idx: np.ndarray, value: float) -> None:
+        t = torch.from_numpy(x)
+        t.scatter_add_(0, torch.from_numpy(idx), self._constant(len(idx), value, t.dtype))
+
+
 class RenewalSIR:
     """Batched renewal SIR on a graph (see the module docstring). ``reset(replicas)`` seeds the replicas,
     ``step(action, dt)`` advances them by one decision interval, ``run()`` to extinction.
 
     ``beta``: transmission rate per edge; ``infectious_period``: a :class:`~.hazards.Law`; ``dt``: the tau-leap step
     (≤ 0.1 recommended: the bias of the final size grows ∝ dt); ``tiers``: node tier ``[N]`` (default: one tier),
-    the action's resolution; ``budget``: doses per replica and episode (``None``: unlimited).
+    the action's resolution; ``budget``: doses per replica and episode (``None``: unlimited). ``work`` counts what
+    the steps since ``reset`` did (node-updates of the dense scan, events, (event, neighbour) pairs): the
+    benchmark's roofline reads it.
     """
 
     def __init__(self, graph: nx.Graph | CSRGraph, beta: float, infectious_period: Law, *, dt: float = 0.1,
@@ -124,7 +246,16 @@ class RenewalSIR:
         surv = period_survival(infectious_period, self.dt, rule)
         # inverse-CDF table of D >= 1: P(D <= k) = 1 - P(D > k) for k = 1..L
         self._period_cdf = (1.0 - surv[1:]).to(self.device, torch.float32)
+        self._use_kernels(_NumpyKernels(self.device) if self.device.type == "cpu" else _TorchKernels(self.device))
         self.replicas = 0
+        self.work = {"node_updates": 0, "events": 0, "pairs": 0}
+
+    def _use_kernels(self, kernels: _TorchKernels) -> None:
+        """The step's array operations (:class:`_TorchKernels` on any device, :class:`_NumpyKernels` on CPU), and
+        the CSR arrays and the period table in their native form."""
+        self._kernels = kernels
+        self._csr = tuple(kernels.native(x) for x in (self.graph.indptr, self.graph.indices, self.graph.degree))
+        self._cdf = kernels.native(self._period_cdf)
 
     # ----------------------------------------------------------------------------------------------- set-up
     def reset(self, replicas: int, *, initial: Tensor | np.ndarray | None = None, thresholds: Tensor | None = None,
@@ -165,18 +296,25 @@ class RenewalSIR:
         self.replicas = R_
         # remaining infection threshold in units of beta*dt (a step subtracts the integer count n exactly);
         # +inf once the node is no longer susceptible
-        self._E = E / (self.beta * self.dt)
+        self._E = E.div_(self.beta * self.dt) if thresholds is None else E / (self.beta * self.dt)
         self._n = torch.zeros(R_, N, device=dev)  # infectious neighbours (float32, exact integers)
         self._state = torch.zeros(R_, N, dtype=torch.int8, device=dev)
-        # the infectious nodes, an unordered list in a growable buffer: (flat working index row*N + node, the step
-        # at whose end it recovers); entries [0, _m) are live
-        self._inf = torch.zeros(max(1024, 4 * R_), 2, dtype=torch.long, device=dev)
+        # the infectious nodes, an unordered list in two growable buffers: the flat working index row*N + node,
+        # and the step at whose end it recovers; entries [0, _m) are live
+        cap = max(1024, 4 * R_)
+        self._inf_flat = torch.zeros(cap, dtype=torch.long, device=dev)
+        self._inf_due = torch.zeros(cap, dtype=torch.long, device=dev)
         self._m = 0
         self._rows = torch.arange(R_, device=dev)  # working row -> replica id
         self._counts = torch.zeros(R_, self.K, N_STATES, device=dev)  # last known per-tier counts (all replicas)
         self._doses = torch.zeros(R_, dtype=torch.long, device=dev)
+        self._new: list = []  # the infections of the current decision interval (flat working indices)
         self.steps = 0
+        # the work done since reset, for the benchmark's roofline: threshold updates of the dense scan (working
+        # rows x N per step), events (infections and recoveries) and (event, neighbour) pairs of the count updates
+        self.work = {"node_updates": 0, "events": 0, "pairs": 0}
         flat = torch.unique((torch.arange(R_, device=dev)[:, None] * N + initial).reshape(-1))  # once per node
+        flat = self._kernels.native(flat)
         self._infect(flat)
         self._neighbour_update(flat, len(flat))
         self._record_counts()
@@ -187,82 +325,93 @@ class RenewalSIR:
         return self.steps * self.dt
 
     # ----------------------------------------------------------------------------------------------- events
-    def _periods(self, flat: Tensor) -> Tensor:
-        """Number of steps the nodes at ``flat`` stay infectious: inverse CDF of the tabulated law at their
-        period quantiles."""
-        d = torch.searchsorted(self._period_cdf, self._U.view(-1)[flat], right=True) + 1
-        return d.clamp_(max=len(self._period_cdf))
+    # The hot path: written against self._kernels on "native" arrays (NumPy views of the tensors on CPU, the
+    # tensors themselves elsewhere); flat indices are row * N + node in the working arrays.
+    def _infect(self, flat) -> None:
+        """Nodes at flat working indices ``flat`` become infectious at the end of the current step; each is listed
+        with the step at whose end it recovers, ``steps + D``, ``D`` the inverse CDF of the tabulated law at its
+        period quantile."""
+        k = self._kernels
+        k.fill(k.native(self._E).reshape(-1), flat, math.inf)
+        k.fill(k.native(self._state).reshape(-1), flat, INF)
+        due = k.searchsorted(self._cdf, k.take(k.native(self._U).reshape(-1), flat))
+        due += self.steps + 1  # D = (number of table entries <= u) + 1, in 1..L since the table ends at 1
+        c, m = len(flat), self._m
+        if m + c > len(self._inf_flat):  # grow the buffers geometrically
+            size = max(2 * len(self._inf_flat), m + c)
+            for name in ("_inf_flat", "_inf_due"):
+                buf = torch.zeros(size, dtype=torch.long, device=self.device)
+                buf[:m] = getattr(self, name)[:m]
+                setattr(self, name, buf)
+        k.native(self._inf_flat)[m:m + c] = flat
+        k.native(self._inf_due)[m:m + c] = due
+        self._m = m + c
 
-    def _infect(self, flat: Tensor) -> None:
-        """Nodes at flat working indices ``flat`` become infectious at the end of the current step."""
-        self._E.view(-1)[flat] = math.inf
-        self._state.view(-1)[flat] = INF
-        k, m = len(flat), self._m
-        if m + k > len(self._inf):  # grow the buffer geometrically
-            buf = torch.zeros(max(2 * len(self._inf), m + k), 2, dtype=torch.long, device=self.device)
-            buf[:m] = self._inf[:m]
-            self._inf = buf
-        self._inf[m:m + k] = torch.stack([flat, self._periods(flat) + self.steps], 1)
-        self._m = m + k
-
-    def _pop_due(self) -> Tensor:
+    def _pop_due(self):
         """Remove and return the flat indices of the infectious nodes that recover at the end of this step. The
         list stays unordered: the due slots are refilled with live entries from its tail (swap-remove)."""
-        m = self._m
-        due = self._inf[:m, 1] == self.steps
-        idx = torch.nonzero(due).squeeze(1)
-        k = len(idx)
-        if k == 0:
+        k, m = self._kernels, self._m
+        flat, due_at = k.native(self._inf_flat), k.native(self._inf_due)
+        due = due_at[:m] == self.steps
+        idx = k.nonzero(due)  # ascending
+        c = len(idx)
+        if c == 0:
             return idx
-        flat = self._inf[idx, 0]
-        holes = idx[idx < m - k]  # due slots that survive the truncation
-        movers = torch.nonzero(~due[m - k:]).squeeze(1) + (m - k)  # live entries beyond the new end
-        self._inf[holes] = self._inf[movers]
-        self._m = m - k
-        return flat
+        out = k.take(flat, idx)
+        movers = k.nonzero(~due[m - c:]) + (m - c)  # live entries beyond the new end
+        holes = idx[: len(movers)]  # as many due slots before the new end, the first ones of idx
+        k.put(flat, holes, k.take(flat, movers))
+        k.put(due_at, holes, k.take(due_at, movers))
+        self._m = m - c
+        return out
 
-    def _neighbour_update(self, flat: Tensor, n_plus: int) -> None:
-        """``n[row, j] += 1`` for every neighbour ``j`` of the first ``n_plus`` events (new infections) and
-        ``−= 1`` for the rest (recoveries): one scatter-add over the CSR rows of the nodes involved."""
-        node = flat % self.N
-        deg = self.graph.degree[node]
-        rep = torch.repeat_interleave(deg)  # event index of each (event, neighbour) pair
-        if rep.numel() == 0:
+    def _neighbour_update(self, flat, n_plus: int) -> None:
+        """``n[row, j] += 1`` for every neighbour ``j`` of the first ``n_plus`` events at ``flat`` (new infections)
+        and ``−= 1`` for the rest (recoveries): the (event, neighbour) pairs laid out from the CSR rows of the
+        nodes involved, then one scatter-add per sign."""
+        k, N, (indptr, indices, degree) = self._kernels, self.N, self._csr
+        node = flat % N
+        deg = k.take(degree, node)
+        end = k.cumsum(deg)  # event i's pairs occupy [end[i] - deg[i], end[i]) of the pair list
+        pairs = int(end[-1]) if len(end) else 0
+        self.work["events"] += len(flat)
+        self.work["pairs"] += pairs
+        if pairs == 0:
             return
-        start = self.graph.indptr[node] - (torch.cumsum(deg, 0) - deg)  # CSR start minus the event's first slot
-        nbr = self.graph.indices[start[rep] + torch.arange(rep.numel(), device=self.device)]
-        sign = torch.where(rep < n_plus, 1.0, -1.0) if n_plus < len(flat) else torch.ones(len(rep), device=self.device)
-        self._n.view(-1).index_add_(0, (flat - node)[rep] + nbr, sign)
-
-    def _threshold_scan(self) -> Tensor:
-        """``E -= n`` (thresholds fall by beta*n*dt) and the flat indices where a threshold went below 0. On CPU the
-        two dense passes run on NumPy views of the same memory: torch's single-threaded comparison and nonzero
-        kernels were 3-6x slower than NumPy's here (measured on [1000, 1000])."""
-        if self.device.type == "cpu":
-            E = self._E.numpy()
-            np.subtract(E, self._n.numpy(), out=E)
-            return torch.from_numpy(np.flatnonzero(E < 0))
-        self._E.sub_(self._n)
-        return torch.nonzero((self._E < 0).view(-1)).squeeze(1)
+        slot = k.repeat(k.take(indptr, node) - (end - deg), deg, pairs)  # CSR start minus the event's first pair
+        slot += k.arange(pairs)
+        target = k.repeat(flat - node, deg, pairs)  # row * N
+        target += k.take(indices, slot)
+        n = k.native(self._n).reshape(-1)
+        split = int(end[n_plus - 1]) if n_plus else 0
+        if split:
+            k.scatter_add(n, target[:split], 1.0)
+        if split < pairs:
+            k.scatter_add(n, target[split:], -1.0)
 
     def _substep(self) -> None:
         """One tau-leap step of length dt (the infectious set frozen within it)."""
+        k = self._kernels
         self.steps += 1
+        self.work["node_updates"] += self._E.numel()
         # infection: thresholds fall by beta * n * dt; a susceptible node whose threshold crosses 0 is infected
-        inf = self._threshold_scan()
+        inf = k.scan(k.native(self._E), k.native(self._n))
         # recovery: nodes whose drawn period ends with this step (they transmitted during it)
         rec = self._pop_due()
         if len(rec):
-            self._state.view(-1)[rec] = REC
+            k.fill(k.native(self._state).reshape(-1), rec, REC)
         if len(inf):
             self._infect(inf)
-        if len(inf) or len(rec):
-            self._neighbour_update(torch.cat([inf, rec]) if len(rec) else inf, len(inf))
+            self._new.append(inf)
+        if len(inf) and len(rec):
+            self._neighbour_update(k.cat(inf, rec), len(inf))
+        elif len(inf) or len(rec):
+            self._neighbour_update(inf if len(inf) else rec, len(inf))
 
     # ----------------------------------------------------------------------------------------------- state
     def _live_rows(self) -> Tensor:
         """``[Ra]`` bool: working rows that still hold an infectious node."""
-        return torch.bincount(self._inf[: self._m, 0] // self.N, minlength=len(self._rows)) > 0
+        return torch.bincount(self._inf_flat[: self._m] // self.N, minlength=len(self._rows)) > 0
 
     def _record_counts(self, rows: Tensor | None = None) -> None:
         """Per-tier state counts of the working rows (default all) into the all-replica buffer."""
@@ -277,18 +426,27 @@ class RenewalSIR:
         self._counts[ids] = c.to(self._counts.dtype)
 
     def _compact(self) -> None:
-        """Drop working rows whose epidemic is over (their final counts are kept)."""
+        """Drop the working rows whose epidemic is over (their final counts are kept): the last live rows move into
+        the extinct rows' places (so a compaction copies as many rows as died, not every live row) and the arrays
+        are cut to the live rows. Working rows are thus not in replica order; nothing depends on it (the
+        vaccination draws its random numbers in replica order)."""
         live = self._live_rows()
-        if bool(live.all()):
+        Ra, n_live = len(live), int(live.sum())
+        if n_live == Ra:
             return
         self._record_counts(torch.nonzero(~live).squeeze(1))
+        holes = torch.nonzero(~live[:n_live]).squeeze(1)  # extinct rows among the first n_live
+        movers = torch.nonzero(live[n_live:]).squeeze(1) + n_live  # as many live rows beyond them
         for name in ("_E", "_U", "_n", "_state", "_rows"):
-            setattr(self, name, getattr(self, name)[live])
+            x = getattr(self, name)
+            x[holes] = x[movers]
+            setattr(self, name, x[:n_live])
         # renumber the rows of the infectious list (extinct rows hold none)
-        new_row = torch.cumsum(live.long(), 0) - 1
-        flat = self._inf[: self._m, 0]
+        new_row = torch.arange(Ra, device=self.device)
+        new_row[movers] = holes
+        flat = self._inf_flat[: self._m]
         node = flat % self.N
-        self._inf[: self._m, 0] = new_row[flat // self.N] * self.N + node
+        self._inf_flat[: self._m] = new_row[flat // self.N] * self.N + node
 
     def tier_counts(self) -> Tensor:
         """``[R, K, 4]`` node counts per tier and state (S, I, R, V), all replicas."""
@@ -327,6 +485,7 @@ class RenewalSIR:
         if self.budget is not None:
             need &= self._doses[self._rows] < self.budget
         rows = torch.nonzero(need).squeeze(1)
+        rows = rows[torch.argsort(self._rows[rows])]  # in replica order: the draws below do not depend on compaction
         if len(rows) == 0:
             return
         p = act[rows][:, self.tiers]  # [rows, N]
@@ -365,10 +524,14 @@ class RenewalSIR:
         if len(self._rows) == 0:
             self.steps += n_sub
             return StepResult(new_infections=new, doses=self._doses - doses0)
-        sus0 = (self._state == SUS).sum(1)
+        self._new = []
         for _ in range(n_sub):
             self._substep()
-        new[self._rows] = sus0 - (self._state == SUS).sum(1)
+        if self._new:  # infections per working row, counted from the events
+            k = self._kernels
+            flat = torch.cat([k.tensor(f) for f in self._new]) if len(self._new) > 1 else k.tensor(self._new[0])
+            new[self._rows] = torch.bincount(flat // self.N, minlength=len(self._rows))
+            self._new = []
         self._compact()
         return StepResult(new_infections=new, doses=self._doses - doses0)
 
