@@ -380,7 +380,7 @@ def train_goal_rep(env: DiscreteCube, kind: str, d: int, steps: int, seed: int |
     pi = env.optimal_action_dist(torch.float64)[vs, vg]
     q = policy[:, vs, vg]
     excess = (-(pi * torch.log(q.clamp_min(1e-300))).sum(-1) - entropy(pi)).mean(-1)
-    stack = lambda xs: torch.stack(xs, 1) if xs else torch.zeros(E, 0)  # noqa: E731
+    stack = lambda xs: torch.stack(xs, 1) if xs else torch.zeros(E, 0, device=dev)  # noqa: E731
     return TrainedRep(kind=kind, seeds=seeds, agent=agent, value_losses=stack(per_member["value"]),
                       actor_losses=stack(per_member["actor"]), policy=policy, excess_logloss=excess)
 

@@ -508,7 +508,7 @@ def random_controls(model: Transformer, suite: Suite, layer: int, traces: Mappin
     H0 = block_outputs(m, suite.probe, suite.probe_mask)[layer].double()
 
     def rates(dW: Tensor) -> tuple[np.ndarray, np.ndarray]:
-        mod.weight.data = W0 + dW.to(W0.dtype)
+        mod.weight.data = W0 + dW.to(W0.device, W0.dtype)
         S, R = relative_change_rates(H0, block_outputs(m, suite.probe, suite.probe_mask)[layer].double() - H0)
         return S.cpu().numpy(), R.cpu().numpy()
 
@@ -527,7 +527,7 @@ def random_controls(model: Transformer, suite: Suite, layer: int, traces: Mappin
         reasoning = {}
         for name in ("rome", "memit"):
             if name in traces:
-                mod.weight.data = W0 + iso(traces[name].dW_total[-1]).to(W0.dtype)
+                mod.weight.data = W0 + iso(traces[name].dW_total[-1]).to(W0.device, W0.dtype)
                 reasoning[name] = _hits(m, suite.reasoning, 9)
     finally:
         mod.weight.data = W0

@@ -86,7 +86,8 @@ def fit_return_quantiles(returns: Tensor, n_atoms: int = 25, *, kappa: float = 1
     r = torch.as_tensor(returns, dtype=torch.float32).reshape(1, -1)
     if r.numel() == 0 or torch.isnan(r).any():
         raise ValueError("returns must be a non-empty sample without NaN")
-    model = _Atoms(torch.full((1, n_atoms), float(r.mean())) + torch.linspace(-1e-3, 1e-3, n_atoms))
+    model = _Atoms(torch.full((1, n_atoms), float(r.mean()), device=r.device)
+                   + torch.linspace(-1e-3, 1e-3, n_atoms, device=r.device))
     fit(model, lambda i: quantile_huber_loss(model.z, r, kappa=kappa), steps, lr=lr, schedule="cosine")
     return torch.sort(model.z.detach()[0]).values
 
