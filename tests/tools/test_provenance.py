@@ -256,3 +256,24 @@ def test_a_committed_full_mode_run_is_shown_beside_quick_mode_and_a_changed_verd
     assert "The counts are quick mode's" in readme and "Full-mode runs committed: 01 (2 CPU cores, 36 min" in readme
     edit_markdown(tmp_path, "01-a", "## The paper, edited")
     assert "the notebook has changed since" in book.verdict_box(tmp_path, papers["01-a"])
+
+
+def test_the_readme_lists_full_modes_cost_measured_where_a_run_is_committed(tmp_path):
+    """Issue 42 item 3: per notebook, full mode's runtime (a committed run's, else papers.yml's estimate) and
+    whether it wants a GPU; a README without the markers keeps working."""
+    make_book(tmp_path, ["01-a", "02-b"])
+    reg = json.loads((tmp_path / "book" / "papers.yml").read_text())
+    reg["papers"]["01"] |= {"full_runtime": "estimated 5 min", "gpu": True}
+    (tmp_path / "book" / "papers.yml").write_text(json.dumps(reg))
+    book.sync(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(readme.read_text() + f"\n{book.FULL_START}\n{book.FULL_END}\n")
+    write_result(tmp_path, "02-b")
+    full = json.loads((tmp_path / "results" / "02-b.json").read_text())
+    full.update(mode="full", runtime_s=2160, hardware={"cpu_count": 2, "gpu": None})
+    (tmp_path / "results" / "full").mkdir()
+    (tmp_path / "results" / "full" / "02-b.json").write_text(json.dumps(full))
+    book.sync(tmp_path)
+    text = readme.read_text()
+    assert "| 01 | " in text and "| estimated 5 min | wanted |" in text
+    assert "| measured: 2 CPU cores, 36 min, an uncommitted tree | not needed |" in text

@@ -32,6 +32,9 @@ class Paper:
     numerics: str = "values"
     headline: str = ""  # the paper's headline claim in one line, in our words (the page's verdict box)
     cite: str = ""  # the paper's key in book/references.bib (CITATION.cff's references are generated from it)
+    # Full mode's cost where no full run is committed: "estimated ..." with its basis, or "measured ..." (a committed
+    # results/full/NN-slug.json is shown instead: its hardware, runtime and commit). The README's full-mode table.
+    full_runtime: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "packages", tuple(self.packages))
