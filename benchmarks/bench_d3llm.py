@@ -17,6 +17,12 @@ which is per prompt); ``batched`` decodes all prompts in one batch (no cache). T
 so the wall-clock speed-up follows the number of forwards, and a KV cache saves positions (compute) rather
 than time; on a large model and long answers the cache saves time as well.
 
+Roofline (issue 43 item 1): the peak is measured once per run (``repro.bench.measure_peak``: a square matmul and a
+streaming add at the model's dtype, on the run's device and thread count); each decoder's work is the FLOPs of its
+matrix products over the whole prompt set (torch's FLOP counter on one untimed run: linear layers, and attention's
+two products, with a formula added for the CPU flash-attention kernel that torch does not count), printed with the
+achieved GFLOP/s, its fraction of the peak, GFLOP per forward and tokens per second.
+
 Run: ``.venv/bin/python benchmarks/bench_d3llm.py`` (about 4 minutes on 2 CPU cores; ``--device cuda`` on a GPU).
 """
 
@@ -24,11 +30,20 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import asdict
 
 import torch
+from torch.utils import flop_counter
 
 from repro import bench
 from repro.papers import d3llm as D
+
+_CPU_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+if _CPU_FLASH not in flop_counter.flop_registry:  # torch counts the CUDA attention kernels, not this one
+
+    @flop_counter.register_flop_formula(_CPU_FLASH)
+    def _cpu_flash_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 TASK = D.ChainTask(n_operands=10, modulus=7, eos_pad=2)
 BLOCK = 8
@@ -60,6 +75,13 @@ def decoders(model: D.Denoiser, thresholds: list[float]) -> dict[str, tuple[Call
     return out
 
 
+def count_flops(run: Callable[[], object]) -> int:
+    """FLOPs of the matrix products (linear layers, attention) of one call of ``run``, by torch's FLOP counter."""
+    with flop_counter.FlopCounterMode(display=False) as counter:
+        run()
+    return counter.get_total_flops()
+
+
 def one_at_a_time(fn: Callable, prompts: torch.Tensor) -> D.Decoded:
     outs = [fn(prompts[i:i + 1]) for i in range(len(prompts))]
     return D.Decoded(*(torch.cat([getattr(o, f) for o in outs]) for f in
@@ -78,6 +100,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     model = train_model(args.seed, device).eval()
+    peak = bench.measure_peak(next(model.parameters()).dtype, device, repeats=20)  # best of 20: busy moments read low
     prompts, answers = TASK.sample(args.prompts, torch.Generator().manual_seed(10_000 + args.seed), device)
     rows: list[bench.Row] = []
     tokens = args.prompts * TASK.answer_len
@@ -88,11 +111,14 @@ def main() -> None:
                     continue
                 run = (lambda fn=fn: one_at_a_time(fn, prompts)) if case == "batch 1" else (lambda fn=fn: fn(prompts))
                 out = run()
+                flops = count_flops(run)  # an untimed run: decoding is deterministic, so the same work
                 secs = bench.time_call(run, repeats=args.repeats, warmup=0, device=device)
                 acc = float(TASK.correct(out.tokens, answers).double().mean())
+                forwards = float(out.nfe.double().sum()) if case == "batch 1" else float(out.nfe.max())
                 rows.append(bench.Row(f"{case}, {args.prompts} prompts", name, secs, {
                     "tpf": out.tpf, "tokens_per_s": tokens / secs, "accuracy": acc,
-                    "positions_per_answer": float(out.positions.double().mean())}))
+                    "positions_per_answer": float(out.positions.double().mean()), "flops": flops,
+                    "forwards": forwards}))
     summary = {}
     for r in rows:
         base = next(b for b in rows if b.case == r.case and b.method == "vanilla")
@@ -101,16 +127,23 @@ def main() -> None:
             "tokens_per_s_ratio": round(r.extra["tokens_per_s"] / base.extra["tokens_per_s"], 3),
             "positions_ratio": round(r.extra["positions_per_answer"] / base.extra["positions_per_answer"], 3),
             "accuracy": round(r.extra["accuracy"], 3)}
+    roof = {f"{r.case} | {r.method}": bench.roofline(r.seconds, peak, flops=r.extra["flops"], count=tokens,
+                                                     unit="tokens") for r in rows}
     notes = {"model": "full-mode teacher recipe of notebooks/03-d3llm.ipynb, trained in this run (seed "
                       f"{args.seed}): 3 layers, d=128, 250 AR + 350 diffusion steps",
              "task": "ChainTask(10 operands, mod 7, 2 EOS), 20 answer tokens, blocks of 8",
              "kv": "dD/rR: cache_delay_iter=D, refresh_interval=R", "threads": args.threads, "device": str(device),
-             "repeats": args.repeats, "ratios_to_vanilla": summary}
+             "repeats": args.repeats, "ratios_to_vanilla": summary, "peak": asdict(peak), "roofline": roof}
     bench.publish("d3llm", rows, baseline="vanilla", notes=notes)
     print("\nratios to vanilla (TPF, tokens/s, positions fed) and accuracy:")
     for k, v in summary.items():
         print(f"  {k:<55} TPF x{v['tpf_ratio']:<6} tokens/s x{v['tokens_per_s_ratio']:<6} "
               f"positions x{v['positions_ratio']:<6} acc {v['accuracy']:.3f}")
+    print(f"\nroofline against the {peak.describe()}:")
+    for r in rows:
+        work = f"{r.extra['flops'] / 1e9:.2f} GFLOP, {r.extra['flops'] / r.extra['forwards'] / 1e6:.1f} MFLOP/forward"
+        line = bench.roofline_line(f"{r.method} ({work})", roof[f"{r.case} | {r.method}"])
+        print(f"  {r.case.split(',')[0]}: {line}")
 
 
 if __name__ == "__main__":

@@ -220,3 +220,95 @@ def test_resealed_payload_damage_never_hangs(cloud, models):
             rejected += 1
         assert time.perf_counter() - t < 5.0
     assert rejected >= 15  # the count and end-of-stream checks catch most such damage
+
+
+def _freq_reference(pmf: np.ndarray) -> np.ndarray:
+    """The 16-bit rule as the codec computed it before the float64 tables (int64 throughout)."""
+    freq = np.floor(pmf * (2**16 - 255)).astype(np.int64) + 1
+    freq[np.arange(len(pmf)), pmf.argmax(1)] += 2**16 - freq.sum(1)
+    return freq
+
+
+def test_float64_tables_equal_the_int64_rule_in_any_row_blocks():
+    rng = np.random.default_rng(0)
+    pmf = np.concatenate([rng.dirichlet(np.full(255, a), size=400) for a in (0.01, 0.3, 5.0)])
+    tie = np.full((2, 255), 1e-4)
+    tie[:, [7, 200]] = (1 - 253e-4) / 2  # two most likely symbols: the first one gets the leftover
+    pmf = np.concatenate([pmf, tie, np.full((1, 255), 1 / 255)])
+    ref = _freq_reference(pmf)
+    assert np.array_equal(C.pmf_to_freq(pmf), ref)
+    blocks = np.concatenate([C.freq_table(pmf[a:a + 97].copy(), out=None) for a in range(0, len(pmf), 97)])
+    assert blocks.dtype == np.float64 and np.array_equal(blocks, ref)
+    assert np.array_equal(C.freq_table(pmf.copy(), out=pmf.copy()), ref)
+    assert ref[-3, 7] > ref[-3, 200]
+    with pytest.raises(ValueError, match="non-finite"):
+        C.freq_table(np.full((1, 255), np.nan))
+
+
+def _reference_level(model: M.PACEModel, tokens: np.ndarray, xyz: np.ndarray, sym: np.ndarray,
+                     mode: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One level coded the way the codec did before its decoding speed-up, written out without the sessions: the
+    backbone over the whole level in one pass of ``model.chunk`` windows, the predictor per stage (``fp``, ``<k>s``)
+    or its recurrent step per position (``ar``), the head on the step's nodes, a float64 softmax, the int64
+    16-bit rule, and constriction's ANS pushing the steps in reverse. Returns the ANS words and each step's pmfs."""
+    w, m = model.window, len(sym)
+    t = M.to_windows(torch.as_tensor(tokens), w, 0)
+    x = M.to_windows(torch.as_tensor(xyz), w, 0.0)
+    v = M.to_windows(torch.ones(m, dtype=torch.bool), w, False)
+    s = M.to_windows(torch.as_tensor(sym), w, O.PAD_SYMBOL)
+    flat = np.arange(m)
+    chunks = []
+    with torch.no_grad():
+        feats = model.backbone(t, x, v)
+        k = M.parse_mode(mode, w)
+        if k == 0:
+            h, prev = None, torch.full((len(feats),), O.PAD_SYMBOL)
+            for j in range(min(w, m)):
+                idx = flat[flat % w == j]
+                logits, h = model.predictor.step(feats[:, j], prev, h)
+                chunks.append((idx, logits[: len(idx)]))
+                prev = s[:, j].clone()
+        else:
+            kern = model.predictor.kernel(w)
+            for r in range(k):
+                idx = flat[(flat % w) % k == r]
+                y = model.predictor.features(feats, M.stage_prev(s, k, r), kern).reshape(-1, feats.shape[-1])
+                chunks.append((idx, model.predictor.head(y[torch.as_tensor(idx)])))
+    pmfs = [torch.softmax(logits.to(torch.float64), -1).numpy() for _, logits in chunks]
+    coder = constriction.stream.stack.AnsCoder()
+    family = constriction.stream.model.Categorical(perfect=False)
+    for (idx, _), pmf in zip(reversed(chunks), reversed(pmfs), strict=True):
+        coder.encode_reverse(sym[idx].astype(np.int32), family, _freq_reference(pmf).astype(np.float64))
+    return coder.get_compressed(), pmfs
+
+
+@pytest.mark.parametrize("mode", ["fp", "4s", "ar"])
+def test_streams_are_byte_equal_to_the_reference_coder(cloud, mode):
+    """The codec's streams did not change with its speed-ups: on every level of a float32 model with several
+    backbone chunks per level, each step's pmfs equal the reference's bit for bit, the ANS words equal the
+    reference's, and the decoder reads the reference's words back exactly."""
+    torch.manual_seed(0)
+    model = M.PACEModel(d=16, layers=2, heads=2, window=8).eval()
+    tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)), DEPTH)
+    assert len(tree.codes[DEPTH - 1]) > 2 * M.STAGE_CHUNK * 8
+    for level in range(1, DEPTH):
+        tokens, xyz = O.level_context(tree.codes, tree.occupancy, level)
+        sym = tree.symbols(level)
+        ref, pmfs = _reference_level(model, tokens, xyz, sym, mode)
+        session, known = model.session(tokens, xyz, mode), np.full(len(sym), O.PAD_SYMBOL)
+        for j, idx in enumerate(session.steps):
+            assert np.array_equal(session.pmf(j, known), pmfs[j]), (level, j)
+            known[idx] = sym[idx]
+        assert np.array_equal(C.encode_level(model, tokens, xyz, sym, mode), ref), level
+        assert np.array_equal(C.decode_level(ref, model, tokens, xyz, mode), sym), level
+
+
+def test_decode_timings_cover_every_phase(cloud, models):
+    data = C.encode(cloud, models["pace"], DEPTH, "fp")
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    q, _ = C.decode_quantized(data, models["pace"], timings=timings)
+    wall = time.perf_counter() - t
+    assert set(timings) == set(C.PHASES) and all(v >= 0 for v in timings.values())
+    assert 0.5 * wall < sum(timings.values()) <= wall
+    assert np.array_equal(q, C.decode_quantized(data, models["pace"])[0])

@@ -218,3 +218,76 @@ def test_training_lowers_the_code_length():
     M.train(model, data, steps=60, batch=8, lr=5e-3, ks=(1, 2, W))
     after = M.cross_entropy_bits(model, data, W)
     assert after < before - 1.0
+
+
+def test_matmul_flops_match_the_flop_counter():
+    """The analytic count of a session's matrix products (the benchmark's roofline work) equals torch's FLOP counter
+    on a real decode, every level, in each kind of mode (attention on the math kernel, whose two products the
+    counter sees; the CPU flash kernel does the same products but is not counted by torch)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from repro.papers.pace import codec as C
+
+    rng = np.random.default_rng(0)
+    cloud = np.concatenate([rng.uniform(-40, 40, (700, 3)) * [1, 1, 0] + [0, 0, -1.7],
+                            rng.uniform(0, 1, (300, 3)) * [0, 20, 5] + [15, -10, -1.7]])
+    depth = 6
+    tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, depth)), depth)
+    sizes = [len(c) for c in tree.codes[1:-1]]
+    w = 8
+    assert max(sizes) > 2 * M.STAGE_CHUNK * w  # several windows, several backbone chunks
+    torch.manual_seed(0)
+    pace = M.PACEModel(d=16, layers=2, heads=2, window=w).eval()
+    mlp = M.AncestorMLP(d=16, hidden=32, window=w).eval()
+    for model, mode in ((pace, "fp"), (pace, "4s"), (pace, "ar"), (mlp, "fp")):
+        data = C.encode(cloud, model, depth, mode)
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+            C.decode_quantized(data, model)
+        assert counter.get_total_flops() == M.decode_flops(model, sizes, mode), (type(model).__name__, mode)
+    assert M.decode_flops(M.CountTable(), sizes, "fp") == 0
+    # by hand, fp on one full window: embedding 80->d and 3->d, conv 2 d^2 + 5 d, per block 3d^2 + d^2 + 2 f d + f d
+    # and attention 4 W^2 d, predictor 3 d^2, head (d^2 + 255 d) per node
+    d, f = 16, 8 * 16 // 3
+    per_pos = 80 * d + 3 * d + 2 * d * d + 5 * d + 2 * (4 * d * d + 3 * f * d) + 3 * d * d + d * d + 255 * d
+    assert pace.matmul_flops(w, "fp") == 2 * w * per_pos + 2 * 4 * w * w * d
+
+
+def test_backbone_chunks_give_the_same_bits():
+    """The staged sessions run the backbone in chunks of :data:`STAGE_CHUNK` windows, the teacher-forced path in
+    chunks of ``model.chunk``: the per-window result must be the same bit for bit (the codec's streams depend on
+    it), padded tail included."""
+    torch.manual_seed(0)
+    model = M.PACEModel(d=16, layers=2, heads=2, window=W).eval()
+    tokens, xyz, valid, _ = random_windows(b=11, dtype=torch.float32)
+    valid[-1, 5:] = False
+    with torch.no_grad():
+        ref = model.backbone(tokens, xyz, valid)
+        for chunk in (1, 2, M.STAGE_CHUNK, 5):
+            assert torch.equal(model.backbone(tokens, xyz, valid, chunk=chunk), ref), chunk
+
+
+def test_fingerprint_cache_follows_every_change_of_the_state():
+    """The cached digest is returned only for a state equal bit for bit: in-place updates (also through ``.data``,
+    which bypasses the version counter), a 0.0 turned −0.0, a loaded state dict and a dtype change all recompute it,
+    and it always equals the digest of a fresh model with the same state."""
+    torch.manual_seed(0)
+    model = M.PACEModel(d=16, layers=1, heads=2, window=W).eval()
+
+    def fresh() -> bytes:
+        twin = M.PACEModel(**model.config).to(model.dtype).eval()
+        twin.load_state_dict(model.state_dict())
+        return twin.fingerprint()
+
+    first = model.fingerprint()
+    assert model.fingerprint() == first == fresh()
+    seen = {first}
+    w = model.predictor.u.weight
+    for change in (lambda: w.data.add_(1e-3), lambda: w.data.__setitem__((0, 0), 0.0),
+                   lambda: w.data.__setitem__((0, 0), -0.0), lambda: model.load_state_dict(
+                       {k: v + 1 for k, v in model.state_dict().items()}), lambda: model.double()):
+        with torch.no_grad():
+            change()
+        digest = model.fingerprint()
+        assert digest == fresh() and digest not in seen
+        seen.add(digest)

@@ -16,6 +16,10 @@ decoder will (same calls, same inputs: the symbols known at that step, the pad s
 decode bit-exactly. Each pmf is turned into integer frequencies by PACE's rule ``floor(p·(2^16 − 255)) + 1``
 (every symbol ≥ 1); the leftover mass goes to the most likely symbol so the table sums to exactly 2^16.
 
+The decoder pops each step's symbols in blocks of :data:`TABLE_ROWS` nodes (pmf → table → ANS, block after block:
+the tables are per row, so the pops are those of one call per step); ``decode_quantized(..., timings=d)`` splits its
+time by phase (:data:`PHASES`) for the benchmark's breakdown (``benchmarks/bench_pace.py``).
+
 A damaged stream raises :class:`CorruptStream` (a ``ValueError``): wrong magic/version/lengths/CRC, a model that
 does not match the stream's fingerprint (weights, configuration and dtype), counts beyond the limits or
 inconsistent with the decoded tree, or ANS words left over. Decoding work is bounded by the header's symbol
@@ -25,6 +29,7 @@ count, itself capped by :data:`MAX_SYMBOLS`.
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +37,8 @@ from typing import Any
 import constriction
 import numpy as np
 
+from ...common.timing import sync
+from .model import probabilities
 from .octree import (
     MAX_DEPTH,
     N_SYMBOLS,
@@ -63,7 +70,8 @@ class CorruptStream(ValueError):
 
 def pmf_to_freq(pmf: np.ndarray) -> np.ndarray:
     """PACE's 16-bit frequency rule: ``floor(p · (2^16 − 255)) + 1`` per symbol (so every symbol has frequency
-    ≥ 1), the leftover ``2^16 − Σ`` added to the most likely symbol; rows sum to exactly 2^16. (M, 255) int64."""
+    ≥ 1), the leftover ``2^16 − Σ`` added to the most likely symbol; rows sum to exactly 2^16. (M, 255) int64.
+    The codec applies the same rule (:func:`freq_table`) to the pmfs of its models, without these checks."""
     p = np.asarray(pmf, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] != N_SYMBOLS:
         raise ValueError(f"pmf must have shape (M, {N_SYMBOLS}), got {p.shape}")
@@ -71,9 +79,23 @@ def pmf_to_freq(pmf: np.ndarray) -> np.ndarray:
         raise ValueError("pmf has negative or non-finite entries")
     if len(p) and np.abs(p.sum(1) - 1).max() > 1e-6:
         raise ValueError("pmf rows must sum to 1")
-    freq = np.floor(p * (TOTAL - N_SYMBOLS)).astype(np.int64) + 1
-    freq[np.arange(len(p)), p.argmax(1)] += TOTAL - freq.sum(1)
-    return freq
+    return freq_table(p).astype(np.int64)
+
+
+def freq_table(p: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`pmf_to_freq`'s rule on float64 pmfs (M, 255), computed in float64: its integers are exact (< 2^17),
+    so the table is the int64 one number for number, in the dtype constriction takes. ``out`` (e.g. ``p`` itself,
+    when its pmfs are no longer needed) receives the table, else a new array. Row by row only (a row's table never
+    depends on another row), so tables computed in blocks of rows are the same."""
+    top = p.argmax(1)  # the first most likely symbol
+    f = np.multiply(p, float(TOTAL - N_SYMBOLS), out=out)
+    np.floor(f, out=f)
+    f += 1
+    leftover = TOTAL - f.sum(1)
+    if not np.isfinite(leftover).all():
+        raise ValueError("pmf has non-finite entries")
+    f[np.arange(len(f)), top] += leftover
+    return f
 
 
 def _family() -> Any:
@@ -209,8 +231,35 @@ def read_header(data: bytes) -> tuple[Header, np.ndarray]:
     return Header(kind, mode, depth, fp, grid, n_points, n_leaves, n_symbols, root), words
 
 
-def decode_quantized(data: bytes, model: Any) -> tuple[np.ndarray, Grid]:
-    """Decode a stream into its integer cells (N, 3) int64, Morton order, and the grid."""
+PHASES = ("header", "octree", "context", "network", "quantise", "coder", "other")
+TABLE_ROWS = 512
+"""Rows per frequency-table block in the decoder: pmf → table → ANS pops, block by block (tables are per row, so
+the same as whole steps), keeps the float64 temporaries near 1 MB, which the allocator reuses."""
+
+
+class _Laps:
+    """Seconds per decoding phase (:data:`PHASES`), accumulated into ``out`` at each call (the time since the
+    previous call goes to the named phase); nothing at all when ``out`` is None. CUDA on ``device`` is synchronised
+    at each lap, so that a phase's GPU work is counted in it."""
+
+    def __init__(self, out: dict[str, float] | None, device: Any = None):
+        self.out, self.device = out, device
+        self.t = time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        if self.out is None:
+            return
+        sync(self.device)
+        t = time.perf_counter()
+        self.out[phase] = self.out.get(phase, 0.0) + t - self.t
+        self.t = t
+
+
+def decode_quantized(data: bytes, model: Any, *, timings: dict[str, float] | None = None) -> tuple[np.ndarray, Grid]:
+    """Decode a stream into its integer cells (N, 3) int64, Morton order, and the grid. ``timings``, if given,
+    accumulates the seconds spent per phase (:data:`PHASES`: header checks, octree expansion, node contexts, model
+    forward, pmf → frequency tables, ANS decoding, the rest) for a breakdown of the decoding time."""
+    laps = _Laps(timings, getattr(model, "device", None))
     head, words = read_header(data)
     if head.kind != _kind(model):
         raise CorruptStream(f"stream was coded with a {_kind_name(head.kind)} model, got a {model.kind} model")
@@ -225,21 +274,27 @@ def decode_quantized(data: bytes, model: Any) -> tuple[np.ndarray, Grid]:
     codes = [np.zeros(1, dtype=np.uint64)]
     occupancy = [np.array([head.root], dtype=np.uint8)]
     used = 0
+    laps("header")
     for level in range(1, head.depth):
         codes.append(expand(codes[-1], occupancy[-1]))
         m = len(codes[-1])
         if used + m > head.n_symbols:
             raise CorruptStream(f"level {level} needs {m} symbols, only {head.n_symbols - used} declared")
         used += m
+        laps("octree")
         tokens, xyz = level_context(codes, occupancy, level)
-        known = _decode_level(coder, family, model, tokens, xyz, head.mode)
+        laps("context")
+        known = _decode_level(coder, family, model, tokens, xyz, head.mode, laps)
         occupancy.append((known + 1).astype(np.uint8))
+        laps("other")
     leaves = expand(codes[-1], occupancy[-1])
     if used != head.n_symbols or len(leaves) != head.n_leaves:
         raise CorruptStream("decoded octree does not match the header counts")
     if not coder.is_empty():
         raise CorruptStream("ANS payload has data left over after the last symbol")
-    return morton_decode(leaves), head.grid
+    cells = morton_decode(leaves)
+    laps("octree")
+    return cells, head.grid
 
 
 def _model_level(model: Any, tokens: np.ndarray, xyz: np.ndarray, sym: np.ndarray,
@@ -252,9 +307,9 @@ def _model_level(model: Any, tokens: np.ndarray, xyz: np.ndarray, sym: np.ndarra
     for j, idx in enumerate(session.steps):
         if len(idx) == 0:
             continue
-        pmf = session.pmf(j, known)
+        pmf = probabilities(session.scores(j, known), session.is_logits).numpy()
+        freq = freq_table(pmf)
         s = sym[idx]
-        freq = pmf_to_freq(pmf)
         rows = np.arange(len(idx))
         bits_q += float(-np.log2(freq[rows, s] / TOTAL).sum())
         bits_f += float(-np.log2(np.maximum(pmf[rows, s], 1e-300)).sum())
@@ -272,18 +327,28 @@ def _push(chunks: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     return coder.get_compressed()
 
 
-def _decode_level(coder: Any, family: Any, model: Any, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> np.ndarray:
-    """The decoder's pass over one level: the same session steps, each step's symbols popped from ``coder``."""
+def _decode_level(coder: Any, family: Any, model: Any, tokens: np.ndarray, xyz: np.ndarray, mode: str,
+                  laps: _Laps | None = None) -> np.ndarray:
+    """The decoder's pass over one level: the same session steps, each step's symbols popped from ``coder`` in
+    blocks of :data:`TABLE_ROWS` rows (in order, so the same pops as one call per step)."""
+    laps = laps or _Laps(None)
     try:
         session = model.session(tokens, xyz, mode)
     except ValueError as e:
         raise CorruptStream(f"stream mode {mode!r} is not valid for this model: {e}") from e
     known = np.full(len(tokens), PAD_SYMBOL, dtype=np.int64)
+    laps("network")
     for j, idx in enumerate(session.steps):
         if len(idx) == 0:
             continue
-        freq = pmf_to_freq(session.pmf(j, known))
-        known[idx] = coder.decode(family, freq.astype(np.float64))
+        scores = session.scores(j, known)
+        laps("network")
+        for a in range(0, len(idx), TABLE_ROWS):
+            p = probabilities(scores[a:a + TABLE_ROWS], session.is_logits).numpy()
+            freq = freq_table(p, out=p if session.is_logits else None)  # a softmax's own buffer, else a new one
+            laps("quantise")
+            known[idx[a:a + TABLE_ROWS]] = coder.decode(family, freq)
+            laps("coder")
     return known
 
 

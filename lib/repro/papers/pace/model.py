@@ -30,8 +30,10 @@ code is not released; to make one PACE checkpoint serve every ``k`` we sample ``
 decoder's stage masks (an assumption, stated in the notebook).
 
 Every model exposes ``session(tokens, xyz, mode)``, the object the codec drives: ``steps`` (which nodes each
-decoding step produces) and ``pmf(step, known)`` (float64 pmfs of those nodes, given the symbols decoded so far).
-The encoder and decoder call it identically, so both compute bit-identical pmfs.
+decoding step produces), ``scores(step, known)`` (the model's logits for those nodes, given the symbols decoded so
+far) and ``pmf(step, known)`` (their float64 pmfs, :func:`probabilities`). The encoder and decoder make the same
+calls, so both compute bit-identical pmfs; ``matmul_flops(m, mode)`` counts a session's matrix products (the work a
+roofline reads against the machine's peak; :func:`decode_flops` sums it over a tree's levels).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -231,18 +234,26 @@ class SSMPredictor(nn.Module):
         lag = torch.arange(length, device=a.device, dtype=a.dtype)
         return torch.exp(lag[:, None] * torch.log(a)[None]) * (1 - a)
 
+    def spectrum(self, length: int, kernel: Tensor | None = None) -> Tensor:
+        """(length + 1, n) complex: the zero-padded FFT (size ``2·length``) of the impulse response, the factor
+        :meth:`features` multiplies by; it depends on the weights only, so a decoder computes it once."""
+        k = self.kernel(length) if kernel is None else kernel
+        return torch.fft.rfft(k, n=2 * length, dim=0)
+
     def forward(self, feats: Tensor, prev: Tensor, kernel: Tensor | None = None) -> Tensor:
         return self.head(self.features(feats, prev, kernel))
 
-    def features(self, feats: Tensor, prev: Tensor, kernel: Tensor | None = None) -> Tensor:
-        """The read-out ``y`` before the MLP head, for all positions at once."""
+    def features(self, feats: Tensor, prev: Tensor, kernel: Tensor | None = None, *,
+                 spectrum: Tensor | None = None) -> Tensor:
+        """The read-out ``y`` before the MLP head, for all positions at once (``spectrum``: :meth:`spectrum`
+        of this length, precomputed; else it is computed from ``kernel``)."""
         x = feats + self.occ(prev)
         length = x.shape[1]
-        k = self.kernel(length) if kernel is None else kernel
+        ks = self.spectrum(length, kernel) if spectrum is None else spectrum
         # h = causal convolution of W_u x with the kernel, through a zero-padded FFT (O(W log W), exact up to
         # rounding; the codec never mixes this path with :meth:`step` within one mode)
         u = torch.fft.rfft(self.u(x), n=2 * length, dim=1)
-        h = torch.fft.irfft(u * torch.fft.rfft(k, n=2 * length, dim=0)[None], n=2 * length, dim=1)[:, :length]
+        h = torch.fft.irfft(u * ks[None], n=2 * length, dim=1)[:, :length]
         return x + self.o(h * F.silu(self.g(x)))
 
     def step(self, feat_t: Tensor, prev_t: Tensor, h: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -256,6 +267,33 @@ class SSMPredictor(nn.Module):
 # ----------------------------------------------------------------------------------------------- models
 
 
+def _linear_flops(rows: int, *layers: nn.Linear) -> int:
+    """``2 · rows · in · out`` summed over ``layers``: multiply-adds of the layers on ``rows`` inputs, times 2."""
+    return 2 * rows * sum(x.in_features * x.out_features for x in layers)
+
+
+def decode_flops(model: Any, level_sizes: Sequence[int], mode: str) -> int:
+    """FLOPs of the matrix products that coding (or decoding: the same calls) a tree with ``level_sizes`` nodes on
+    its coded levels ``1..L−1`` runs with ``model`` in ``mode`` (the models' ``matmul_flops`` per level)."""
+    return int(sum(model.matmul_flops(int(m), mode) for m in level_sizes))
+
+
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: Tensor) -> Tensor:
+    """``t`` seen as integers of its element size (floats compared as bit patterns: −0.0 ≠ 0.0, NaN = same NaN)."""
+    t = torch.view_as_real(t) if t.is_complex() else t
+    return t.view(_INT[t.element_size()]) if t.is_floating_point() else t
+
+
+def _same_bits(saved: list[tuple[str, Tensor]], state: list[tuple[str, Tensor]]) -> bool:
+    """Whether two sorted state lists hold the same names and tensors of the same dtype, shape, device and bits."""
+    return len(saved) == len(state) and all(
+        n == m and (a.dtype, a.shape, a.device) == (b.dtype, b.shape, b.device) and torch.equal(_bits(a), _bits(b))
+        for (n, a), (m, b) in zip(saved, state, strict=True))
+
+
 class _Learned(nn.Module):
     kind = "learned"
     modes: tuple[str, ...] = ()
@@ -264,14 +302,25 @@ class _Learned(nn.Module):
     def fingerprint(self) -> bytes:
         """8 bytes identifying the model: its kind, configuration (``self.config``: widths, heads, window, ...),
         parameter dtype and weights. A stream carries it; decoding with a model that differs in any of them (the
-        same weights in another window or head count computes other pmfs) is refused by the header."""
+        same weights in another window or head count computes other pmfs) is refused by the header.
+
+        The digest (SHA-256 of the weights widened to float64: about 2 ms for the notebook's model) is cached with
+        a copy of the state it was computed from; a call whose state is bit for bit the same (compared byte-wise,
+        so a 0.0 that became −0.0 counts as a change) and whose configuration and dtype are the same returns it."""
+        state = sorted(self.state_dict().items())
+        key = (self.kind, json.dumps(self.config, sort_keys=True), str(self.dtype))
+        cached = self.__dict__.get("_fingerprint_cache")
+        if cached is not None and cached[0] == key and _same_bits(cached[1], state):
+            return cached[2]
         h = hashlib.sha256(self.kind.encode())
         h.update(json.dumps(self.config, sort_keys=True).encode())
         h.update(str(self.dtype).encode())
-        for name, t in sorted(self.state_dict().items()):
+        for name, t in state:
             h.update(name.encode())
             h.update(t.detach().cpu().to(torch.float64).contiguous().numpy().tobytes())
-        return h.digest()[:8]
+        digest = h.digest()[:8]
+        self.__dict__["_fingerprint_cache"] = (key, [(n, t.detach().clone()) for n, t in state], digest)
+        return digest
 
     @property
     def device(self) -> torch.device:
@@ -303,19 +352,22 @@ class PACEModel(_Learned):
         self.norm = nn.LayerNorm(d)
         self.predictor = SSMPredictor(d, window)
 
-    def backbone(self, tokens: Tensor, xyz: Tensor, valid: Tensor) -> Tensor:
+    def backbone(self, tokens: Tensor, xyz: Tensor, valid: Tensor, chunk: int | None = None) -> Tensor:
         """Window features (B, W, d) from contexts (B, W, 7) / (B, W, 3); ``valid`` (B, W) masks the tail padding.
-        Non-causal: every node sees its whole window. Evaluated in chunks of windows (same result per window)."""
+        Non-causal: every node sees its whole window. Evaluated in chunks of ``chunk`` windows (default
+        ``self.chunk``; the same result per window, bit for bit on CPU: ``tests/papers/test_pace_model.py``)."""
+        chunk = chunk or self.chunk
         outs = []
-        for s in range(0, tokens.shape[0], self.chunk):
-            t, x, v = tokens[s:s + self.chunk], xyz[s:s + self.chunk], valid[s:s + self.chunk]
-            h = self.embed(t, x) * v[..., None]
-            h = self.conv(h) * v[..., None]
-            mask = None if bool(v.all()) else v[:, None, None, :]  # the unmasked kernel when nothing is padded
+        for s in range(0, tokens.shape[0], chunk):
+            t, x, v = tokens[s:s + chunk], xyz[s:s + chunk], valid[s:s + chunk]
+            full = bool(v.all())  # then the masks are skipped: x · 1 = x, bit for bit
+            h = self.embed(t, x) if full else self.embed(t, x) * v[..., None]
+            h = self.conv(h) if full else self.conv(h) * v[..., None]
+            mask = None if full else v[:, None, None, :]  # the unmasked kernel when nothing is padded
             for blk in self.blocks:
                 h = blk(h, mask=mask)
             outs.append(self.norm(h))
-        return torch.cat(outs)
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def predict_stages(self, feats: Tensor, sym: Tensor, k: int) -> Tensor:
         """Teacher-forced logits (B, W, 255) of ``k``-stage decoding: node ``i`` gets the output of the pass of its
@@ -339,6 +391,26 @@ class PACEModel(_Learned):
     def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
         k = parse_mode(mode, self.window)
         return _PaceAR(self, tokens, xyz) if k == 0 else _PaceStages(self, tokens, xyz, k)
+
+    def matmul_flops(self, m: int, mode: str) -> int:
+        """FLOPs of the matrix products that coding a level of ``m`` nodes in ``mode`` runs (the session's work):
+        every linear layer on every window position (``B = ceil(m / W)`` windows, padding included), attention's
+        two products ``4·B·W²·d`` per block, the depthwise convolution; the predictor once per stage (``k`` stages)
+        or once per position (``ar``, the step path); the head on the ``m`` nodes (``ar``: on every window at every
+        step). Norms, activations, the FFT and the softmax are not counted."""
+        k = parse_mode(mode, self.window)
+        w = self.window
+        b = n_windows(m, w)
+        pos = b * w
+        flops = _linear_flops(pos, self.embed.proj, self.embed.pos, self.conv.pw1, self.conv.pw2)
+        flops += 2 * pos * self.conv.dw.weight.numel()
+        for blk in self.blocks:
+            flops += _linear_flops(pos, blk.qkv, blk.out, blk.w13, blk.w2) + 4 * b * w * w * blk.qkv.in_features
+        pr = self.predictor
+        head = (pr.head[1], pr.head[3])
+        if k == 0:
+            return flops + _linear_flops(b * min(w, m), pr.u, pr.g, pr.o, *head)
+        return flops + k * _linear_flops(pos, pr.u, pr.g, pr.o) + _linear_flops(m, *head)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -452,7 +524,12 @@ class AncestorMLP(_Learned):
     def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
         if mode != "fp":
             raise ValueError(f"the ancestor MLP only has mode 'fp', got {mode!r}")
-        return _OneShot(lambda: _pmf(self(*self._inputs(tokens, xyz))), len(tokens))
+        return _OneShot(lambda: self(*self._inputs(tokens, xyz)), len(tokens))
+
+    def matmul_flops(self, m: int, mode: str = "fp") -> int:
+        """FLOPs of the matrix products that coding a level of ``m`` nodes runs: the embedding's two linear maps
+        and the MLP's three layers, once per node."""
+        return _linear_flops(m, self.embed.proj, self.embed.pos, *(x for x in self.mlp if isinstance(x, nn.Linear)))
 
     modes = ("fp",)
 
@@ -490,36 +567,57 @@ class CountTable:
         h.update(self.counts.tobytes())
         return h.digest()[:8]
 
+    def matmul_flops(self, m: int, mode: str = "fp") -> int:
+        """No network: no matrix products (its work is one table look-up per node)."""
+        return 0
+
     def session(self, tokens: np.ndarray, xyz: np.ndarray, mode: str) -> _Session:
         if mode != "fp":
             raise ValueError(f"the count table only has mode 'fp', got {mode!r}")
-        return _OneShot(lambda: self.probs(tokens), len(tokens))
+        return _OneShot(lambda: torch.from_numpy(self.probs(tokens)), len(tokens), is_logits=False)
 
 
 # ----------------------------------------------------------------------------------------------- sessions
 
+STAGE_CHUNK = 4
+"""Windows per backbone pass in the staged sessions (``fp``, ``<k>s``): a level's temporaries then stay near a
+thousand rows, which the allocator reuses, where whole-level passes fault in fresh pages every level (measured: the
+depth-9 backbone 45 → 39 ms, one thread). The per-window result is the same bit for bit (:meth:`PACEModel.backbone`;
+the training path keeps ``model.chunk``)."""
 
-def _pmf(logits: Tensor) -> np.ndarray:
-    return torch.softmax(logits.detach().cpu().to(torch.float64), -1).numpy()
+
+def probabilities(scores: Tensor, is_logits: bool = True) -> Tensor:
+    """The pmfs the codec quantises, float64 on the CPU: the softmax of ``scores`` (logits of any dtype and device,
+    moved to the CPU and widened first, so the float64 softmax is always the CPU's), or ``scores`` as they are
+    (widened) where ``is_logits`` is False (the count table's probabilities)."""
+    if not is_logits:
+        return scores.to(torch.float64)
+    return torch.softmax(scores.detach().cpu().to(torch.float64), -1)
 
 
 class _Session:
     """Decoding plan of one level: ``steps[j]`` = flat node indices produced at step ``j`` (ascending);
-    ``pmf(j, known)`` = their pmfs given ``known`` (M,) int64 symbols, :data:`PAD_SYMBOL` where not yet decoded."""
+    ``scores(j, known)`` = the model's output rows for those nodes, in that order (logits; probabilities where
+    ``is_logits`` is False), given ``known`` (M,) int64 symbols, :data:`PAD_SYMBOL` where not yet decoded;
+    ``pmf(j, known)`` = their float64 pmfs (:func:`probabilities`)."""
 
     steps: list[np.ndarray]
+    is_logits = True
 
-    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
+    def scores(self, j: int, known: np.ndarray) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+        return probabilities(self.scores(j, known), self.is_logits).numpy()
 
 
 class _OneShot(_Session):
-    def __init__(self, fn: Callable[[], np.ndarray], m: int):
-        self.fn = fn
+    def __init__(self, fn: Callable[[], Tensor], m: int, is_logits: bool = True):
+        self.fn, self.is_logits = fn, is_logits
         self.steps = [np.arange(m)]
 
-    @torch.no_grad()
-    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+    @torch.inference_mode()
+    def scores(self, j: int, known: np.ndarray) -> Tensor:
         return self.fn()
 
 
@@ -541,25 +639,27 @@ class _Windowed(_Session):
 
 
 class _PaceStages(_Windowed):
-    @torch.no_grad()
+    @torch.inference_mode()
     def __init__(self, model: PACEModel, tokens: np.ndarray, xyz: np.ndarray, k: int):
         super().__init__(model, tokens, xyz)
         self.k = k
-        self.feats = model.backbone(self.tokens, self.xyz, self.valid)
-        self.kernel = model.predictor.kernel(self.w)
+        self.feats = model.backbone(self.tokens, self.xyz, self.valid, chunk=min(model.chunk, STAGE_CHUNK))
+        self.spectrum = model.predictor.spectrum(self.w)  # the weights' factor, once per level, not once per stage
         flat = np.arange(self.m)
         self.steps = [s for s in (flat[(flat % self.w) % k == r] for r in range(k))]
 
-    @torch.no_grad()
-    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+    @torch.inference_mode()
+    def scores(self, j: int, known: np.ndarray) -> Tensor:
         prev = stage_prev(self.known_windows(known), self.k, j)
-        y = self.model.predictor.features(self.feats, prev, self.kernel)
-        y = y.reshape(-1, y.shape[-1])[torch.as_tensor(self.steps[j], device=y.device)]
-        return _pmf(self.model.predictor.head(y))
+        y = self.model.predictor.features(self.feats, prev, spectrum=self.spectrum)
+        y = y.reshape(-1, y.shape[-1])
+        # fully parallel: the step is every node, the first m rows (a view); else the step's rows (a gather)
+        rows = y[: self.m] if self.k == 1 else y[torch.as_tensor(self.steps[j], device=y.device)]
+        return self.model.predictor.head(rows)
 
 
 class _PaceAR(_Windowed):
-    @torch.no_grad()
+    @torch.inference_mode()
     def __init__(self, model: PACEModel, tokens: np.ndarray, xyz: np.ndarray):
         super().__init__(model, tokens, xyz)
         self.feats = model.backbone(self.tokens, self.xyz, self.valid)
@@ -567,30 +667,30 @@ class _PaceAR(_Windowed):
         self.h: Tensor | None = None
         self.known_t = np.full(self.feats.shape[0], PAD_SYMBOL, dtype=np.int64)
 
-    @torch.no_grad()
-    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+    @torch.inference_mode()
+    def scores(self, j: int, known: np.ndarray) -> Tensor:
         if j > 0:  # the previous position of every window that has one
             self.known_t[: len(self.steps[j - 1])] = known[self.steps[j - 1]]
         prev = torch.as_tensor(self.known_t, device=self.model.device)
         logits, self.h = self.model.predictor.step(self.feats[:, j], prev, self.h)
-        return _pmf(logits[: len(self.steps[j])])
+        return logits[: len(self.steps[j])]
 
 
 class _TwoGroups(_Windowed):
-    @torch.no_grad()
+    @torch.inference_mode()
     def __init__(self, model: TwoGroupModel, tokens: np.ndarray, xyz: np.ndarray):
         super().__init__(model, tokens, xyz)
         flat = np.arange(self.m)
         self.steps = [flat[(flat % self.w) % 2 == r] for r in range(2)]
 
-    @torch.no_grad()
-    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+    @torch.inference_mode()
+    def scores(self, j: int, known: np.ndarray) -> Tensor:
         logits = self.model.run(self.tokens, self.xyz, self.valid, stage_prev(self.known_windows(known), 2, j))
-        return _pmf(logits.reshape(-1, logits.shape[-1])[torch.as_tensor(self.steps[j], device=logits.device)])
+        return logits.reshape(-1, logits.shape[-1])[torch.as_tensor(self.steps[j], device=logits.device)]
 
 
 class _CoupledAR(_Windowed):
-    @torch.no_grad()
+    @torch.inference_mode()
     def __init__(self, model: CoupledCausalModel, tokens: np.ndarray, xyz: np.ndarray, cache: bool):
         super().__init__(model, tokens, xyz)
         self.cache = cache
@@ -600,18 +700,18 @@ class _CoupledAR(_Windowed):
         self.caches: list[dict[str, Tensor]] = [{} for _ in model.blocks]
         self.conv_buf: list[Tensor] = []
 
-    @torch.no_grad()
-    def pmf(self, j: int, known: np.ndarray) -> np.ndarray:
+    @torch.inference_mode()
+    def scores(self, j: int, known: np.ndarray) -> Tensor:
         model: CoupledCausalModel = self.model
         n = len(self.steps[j])
         if j > 0:
             self.prev[: len(self.steps[j - 1]), j] = torch.as_tensor(known[self.steps[j - 1]], device=self.prev.device)
         if not self.cache:  # re-run the whole causal backbone on the window prefix, as OctAttention does
-            return _pmf(model.run(self.static[:, : j + 1], self.prev[:, : j + 1])[:n, j])
+            return model.run(self.static[:, : j + 1], self.prev[:, : j + 1])[:n, j]
         h = model.conv.step(self.static[:, j] + model.occ(self.prev[:, j]), self.conv_buf)
         for blk, cache in zip(model.blocks, self.caches, strict=True):
             h = blk.step(h, cache)
-        return _pmf(model.head(h)[:n])
+        return model.head(h)[:n]
 
 
 # ----------------------------------------------------------------------------------------------- training
