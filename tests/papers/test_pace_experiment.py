@@ -61,6 +61,31 @@ def test_train_models_counts_and_seeds(corpus, models):
     assert all(torch.equal(a, b) for a, b in zip(again.pace.parameters(), models.pace.parameters(), strict=True))
 
 
+def test_the_trainings_are_independent_jobs(corpus, models):
+    """In two processes (the notebook's run.map) every model, the two controls included, comes out as from the
+    plain loop, and the controls as from train_single_stage and train_two_group alone."""
+    from repro.runtime import parallel_map
+
+    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2,
+                      coupled_steps=2)
+    loop = P.train_models(corpus, recipe, 0, controls=True)
+    par = P.train_models(corpus, recipe, 0, controls=True, mapper=lambda f, xs: parallel_map(f, xs, 2))
+    for name in ("pace", "mlp", "coupled", "single", "two_group"):
+        a, b = getattr(loop, name).state_dict(), getattr(par, name).state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    assert (loop.pace_loss, loop.coupled_loss, loop.two_group_loss) == (par.pace_loss, par.coupled_loss,
+                                                                          par.two_group_loss)
+    assert loop.pace_loss == models.pace_loss  # the coupled and two-group jobs do not move PACE's numbers
+    alone, alone_loss = P.train_two_group(corpus, recipe, 0)
+    assert alone_loss == loop.two_group_loss
+    assert all(torch.equal(a, b) for a, b in zip(alone.state_dict().values(), loop.two_group.state_dict().values(),
+                                                 strict=True))
+    alone, alone_loss = P.train_single_stage(corpus, recipe, 0)
+    assert alone_loss == loop.single_loss
+    assert all(torch.equal(a, b) for a, b in zip(alone.state_dict().values(), loop.single.state_dict().values(),
+                                                 strict=True))
+
+
 def test_rate_distortion_streams_decode_and_add_up(corpus, models):
     grid = O.Grid.centred(128.0, DEPTH)
     codecs = {"count table": (models.table, "fp"), "PACE fp": (models.pace, "fp")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import DracoPy
@@ -99,6 +99,10 @@ class Models:
     coupled_loss: list[float]
     table_bits: float
     n_params: dict[str, int]
+    single: PACEModel | None = None  # with train_models(controls=True): PACE trained at k = 1 only
+    single_loss: list[float] = field(default_factory=list)
+    two_group: TwoGroupModel | None = None  # with train_models(controls=True): the EHEM-like baseline
+    two_group_loss: list[float] = field(default_factory=list)
 
 
 def train_single_stage(corpus: Corpus, recipe: Recipe, seed: int, k: int = 1,
@@ -106,45 +110,83 @@ def train_single_stage(corpus: Corpus, recipe: Recipe, seed: int, k: int = 1,
     """The control of stage scalability: a PACE model of the recipe's size and steps trained with the single stage
     count ``k`` (default 1, fully parallel) instead of a random ``k`` per batch, initialised from torch's generator
     at ``seed``. Decoded with more stages, it sees earlier symbols it was never trained on."""
-    torch.manual_seed(seed)
-    model = PACEModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+    model = _single_stage_init(recipe, seed, device)
     loss = train(model, corpus.data.to(device), steps=recipe.steps, ks=[k], batch=recipe.batch, lr=recipe.lr,
                  seed=seed)
     return model, loss
+
+
+def _single_stage_init(recipe: Recipe, seed: int, device: torch.device | str) -> PACEModel:
+    torch.manual_seed(seed)
+    return PACEModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
 
 
 def train_two_group(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu"
                     ) -> tuple[TwoGroupModel, list[float]]:
     """The EHEM-like two-group baseline (:class:`~repro.papers.pace.model.TwoGroupModel`) of the recipe's size and
     PACE's step count, initialised from torch's generator at ``seed``: the lineage's step before PACE, whose
-    backbone runs twice per window."""
-    torch.manual_seed(seed)
-    model = TwoGroupModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+    backbone runs twice per window. (:func:`train_models` with ``controls=True`` trains it beside the others.)"""
+    model = _two_group_init(recipe, seed, device)
     loss = train(model, corpus.data.to(device), steps=recipe.steps, batch=recipe.batch, lr=recipe.lr, seed=seed)
     return model.eval(), loss
 
 
-def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu") -> Models:
-    """Initialise PACE, the ancestor MLP and the coupled baseline from torch's generator at ``seed`` (in that order),
-    train them on the corpus' windows (:func:`repro.papers.pace.model.train`; the coupled one only if
-    ``recipe.coupled_steps``), and count the table."""
+def _two_group_init(recipe: Recipe, seed: int, device: torch.device | str) -> TwoGroupModel:
+    torch.manual_seed(seed)
+    return TwoGroupModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+
+
+Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]  # e.g. repro.runtime.Run.map
+
+
+def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu", *,
+                 controls: bool = False, mapper: Mapper | None = None) -> Models:
+    """Initialise PACE, the ancestor MLP and the coupled baseline from torch's generator at ``seed`` (in that order;
+    with ``controls``, also the single-stage control and the two-group baseline, each as :func:`train_single_stage`
+    and :func:`train_two_group` do), train them on the corpus' windows (:func:`repro.papers.pace.model.train`; the
+    coupled one only if ``recipe.coupled_steps``), and count the table.
+
+    Every model is initialised here, and each training draws its batches from a generator of its own
+    (``seed``), so the trainings are independent jobs: ``mapper`` (``run.map`` in the notebook: both cores in quick
+    mode) runs them in parallel with the numbers of the plain loop."""
     torch.manual_seed(seed)
     arch = dict(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window)
     pace = PACEModel(**arch).to(device)
     mlp = AncestorMLP(d=recipe.d, hidden=2 * recipe.d, window=recipe.window).to(device)
     coupled = CoupledCausalModel(**arch).to(device).eval()
+    single = _single_stage_init(recipe, seed, device) if controls else None
+    two = _two_group_init(recipe, seed, device) if controls else None
     data = corpus.data.to(device)
     opts = dict(batch=recipe.batch, lr=recipe.lr, seed=seed)
-    pace_loss = train(pace, data, steps=recipe.steps, ks=recipe.ks, **opts)
-    mlp_loss = train(mlp, data, steps=recipe.mlp_steps, **opts)
-    coupled_loss = (train(coupled, data, steps=recipe.coupled_steps, ks=[recipe.window], **opts)
-                    if recipe.coupled_steps else [])
+    jobs = {"pace": (pace, dict(steps=recipe.steps, ks=recipe.ks)), "mlp": (mlp, dict(steps=recipe.mlp_steps))}
+    if recipe.coupled_steps:
+        jobs["coupled"] = (coupled, dict(steps=recipe.coupled_steps, ks=[recipe.window]))
+    if controls:
+        jobs["single"] = (single, dict(steps=recipe.steps, ks=[1]))
+        jobs["two_group"] = (two, dict(steps=recipe.steps))
+
+    def job(name: str) -> tuple[dict[str, torch.Tensor], list[float]]:
+        model, kw = jobs[name]
+        loss = train(model, data, **kw, **opts)
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}, loss
+
+    losses = {}
+    for name, (state, loss) in zip(jobs, (mapper or _loop)(job, list(jobs)), strict=True):
+        jobs[name][0].load_state_dict(state)
+        losses[name] = loss
     table = CountTable().fit(corpus.train_levels)
     n_sym = sum(len(s) for _, _, s in corpus.train_levels)
     table_bits = sum(-np.log2(table.probs(t)[np.arange(len(s)), s]).sum() for t, _, s in corpus.train_levels) / n_sym
     n_params = {name: sum(p.numel() for p in m.parameters())
                 for name, m in [("PACE", pace), ("coupled", coupled), ("ancestor MLP", mlp)]}
-    return Models(pace, mlp, coupled, table, pace_loss, mlp_loss, coupled_loss, float(table_bits), n_params)
+    return Models(pace, mlp, coupled, table, losses["pace"], losses["mlp"], losses.get("coupled", []),
+                  float(table_bits), n_params, single, losses.get("single", []),
+                  None if two is None else two.eval(), losses.get("two_group", []))
+
+
+def _loop(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """The plain loop: ``mapper``'s default."""
+    return [fn(x) for x in items]
 
 
 def moving_average(x: Sequence[float], n: int = 20) -> tuple[np.ndarray, np.ndarray]:
