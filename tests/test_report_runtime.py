@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -210,12 +211,14 @@ def test_parallel_map_takes_closures_and_raises_a_workers_error_with_its_traceba
     assert runtime.parallel_map(lambda x: x + offset, [1, 2, 3], 2) == [11, 12, 13]
 
     def bad(x):
-        if x == 0:  # item 0 goes to the forked worker, not the parent
+        if x == 0:  # whichever process takes item 0
             raise ValueError("item zero is bad")
         return x
 
-    with pytest.raises(RuntimeError, match=r"item\(s\) \[0\] raised in a worker:\nValueError: item zero is bad"):
+    with pytest.raises(RuntimeError, match=r"item 0 raised:\nValueError: item zero is bad\nTraceback"):
         runtime.parallel_map(bad, [0, 1], 2)
+    with pytest.raises(RuntimeError, match=r"item 0 raised:\nValueError: item zero is bad"):
+        runtime.parallel_map(bad, [0, 1], 1)
     with pytest.raises(ValueError, match="n_workers"):
         runtime.parallel_map(bad, [0, 1], 0)
 
@@ -230,10 +233,24 @@ def test_workers_reads_the_environment_and_refuses_nonsense(monkeypatch):
     assert runtime.workers() >= 1
 
 
+def test_parallel_map_balances_the_load_dynamically():
+    """Each process takes the next item when it is free: one slow item first and four quick ones go 1 / 4 between
+    two processes (a static split would give each two or three), and the results keep the items' order."""
+    def work(x):
+        time.sleep(1.5 if x == 0 else 0.05)
+        return x, os.getpid()
+
+    out = runtime.parallel_map(work, range(5), 2)
+    assert [x for x, _ in out] == [0, 1, 2, 3, 4]
+    slow = out[0][1]
+    assert [pid for _, pid in out[1:]].count(slow) == 0
+
+
 def test_run_map_is_the_plain_loop_outside_quick_mode_on_cpu(monkeypatch):
     monkeypatch.setenv(runtime.WORKERS_ENV, "2")
-    pids = runtime.setup("05-linear-contracts", "quick", 0, "cpu").map(lambda _: os.getpid(), [0, 1])
-    assert pids[1] == os.getpid() != pids[0]  # the parent runs the last share, a worker the first
+    pids = runtime.setup("05-linear-contracts", "quick", 0, "cpu").map(lambda _: (time.sleep(0.3), os.getpid())[1],
+                                                                        [0, 1])
+    assert len(set(pids)) == 2 and os.getpid() in pids  # a forked worker and this process, one item each
     full = runtime.setup("05-linear-contracts", "full", 0, "cpu")
     assert full.map(lambda _: os.getpid(), [0, 1]) == [os.getpid()] * 2
 
@@ -258,7 +275,8 @@ def test_full_mode_overrides_keep_their_kind_and_the_resolved_config_is_recorded
 QUICK = dict(n=100, seeds=1, steps=500, grid=[1, 2, 4], llm=False, arms=["a"], name="x", opt=None,
              tasks={"a": dict(steps=50, kind="maf", hidden=(64, 64)), "b": dict(steps=50, kind="maf", hidden=(64, 64))})
 FULL = dict(n=10_000, seeds=5, steps=6000, grid=[1, 2, 4, 8, 16], llm=True, arms=["a", "b"], opt="x",
-            tasks={"a": dict(steps=900, kind="nsf", hidden=(128, 128)), "b": dict(steps=900, kind="nsf", hidden=(8, 8))})
+            tasks={"a": dict(steps=900, kind="nsf", hidden=(128, 128)),
+                   "b": dict(steps=900, kind="nsf", hidden=(8, 8))})
 
 
 def test_the_smoke_tier_is_full_mode_cut_small(results):

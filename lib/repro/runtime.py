@@ -277,19 +277,39 @@ def _item_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0])
 
 
-def _run_items(fn: Callable[[Any], Any], items: Sequence[Any], indices: Sequence[int], seed: int) -> list[Any]:
-    out = []
-    for i in indices:
-        seed_everything(_item_seed(seed, i))
-        out.append(fn(items[i]))
-    return out
-
-
-def _child(conn: Any, fn: Callable[[Any], Any], items: Sequence[Any], indices: Sequence[int], seed: int) -> None:
+def _run_item(fn: Callable[[Any], Any], items: Sequence[Any], i: int, seed: int) -> Any:
+    """Item ``i``, from the global random states of (``seed``, ``i``) alone; an error names the item."""
+    seed_everything(_item_seed(seed, i))
     try:
-        payload = ("ok", _run_items(fn, items, indices, seed))
-    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it with this traceback)
-        payload = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return fn(items[i])
+    except BaseException as e:  # noqa: BLE001 (re-raised with the item and the traceback, in any process)
+        raise _ItemError(f"parallel_map: item {i} raised:\n{type(e).__name__}: {e}\n{traceback.format_exc()}") from e
+
+
+class _ItemError(RuntimeError):
+    """An item's exception, with its index and traceback (what a worker sends back)."""
+
+
+def _take(fn: Callable[[Any], Any], items: Sequence[Any], counter: Any, seed: int) -> list[tuple[int, Any]]:
+    """Run items until none is left, each time taking the next index from the shared ``counter`` (so a process
+    that finishes early takes more: the load balances whatever the items cost)."""
+    done = []
+    while True:
+        with counter.get_lock():
+            i = counter.value
+            counter.value += 1
+        if i >= len(items):
+            return done
+        done.append((i, _run_item(fn, items, i, seed)))
+
+
+def _child(conn: Any, fn: Callable[[Any], Any], items: Sequence[Any], counter: Any, seed: int) -> None:
+    try:
+        payload = ("ok", _take(fn, items, counter, seed))
+    except _ItemError as e:
+        payload = ("error", str(e))
+    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
+        payload = ("error", f"parallel_map: a worker raised:\n{type(e).__name__}: {e}\n{traceback.format_exc()}")
     conn.send_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     conn.close()
 
@@ -298,15 +318,16 @@ def parallel_map(fn: Callable[[Any], Any], items: Sequence[Any], n_workers: int 
     """``[fn(x) for x in items]`` in up to ``n_workers`` processes (forked, so ``fn`` may be a closure; POSIX
     only, else the plain loop). Item ``i`` starts from global random states that depend on ``seed`` and ``i``
     alone (:func:`seed_everything`), so the results are the same for any number of workers, and the same as
-    ``n_workers=1``. Items go round-robin to the workers; the parent process runs the last share itself. An
-    exception in a worker is raised here as a ``RuntimeError`` carrying the worker's traceback. Results travel
-    back pickled: keep them to tensors and plain objects (and do not use this with CUDA tensors)."""
+    ``n_workers=1``. The processes (this one included) take the items in order, each the next one as soon as it is
+    free, so list the costliest items first. An exception in an item is raised here as a ``RuntimeError`` naming the
+    item, with its traceback. Results travel back pickled: keep them to tensors and plain objects (and do not use
+    this with CUDA tensors)."""
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     items = list(items)
     n = min(n_workers, len(items))
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        results = dict(enumerate(_run_items(fn, items, range(len(items)), seed)))
+        results = {i: _run_item(fn, items, i, seed) for i in range(len(items))}
     else:
         results = _forked(fn, items, n, seed)
     seed_everything(_item_seed(seed, len(items)))  # the same state after the map for any number of workers
@@ -314,37 +335,37 @@ def parallel_map(fn: Callable[[Any], Any], items: Sequence[Any], n_workers: int 
 
 
 def _forked(fn: Callable[[Any], Any], items: list[Any], n: int, seed: int) -> dict[int, Any]:
-    """Item index -> result, the items shared round-robin among ``n - 1`` forked workers and this process."""
-    shares = [list(range(w, len(items), n)) for w in range(n)]
+    """Item index -> result, the items taken one at a time by ``n - 1`` forked workers and this process."""
     ctx = multiprocessing.get_context("fork")
+    counter = ctx.Value("q", 0)
     procs = []
     try:
-        for share in shares[:-1]:
+        for _ in range(n - 1):
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(send, fn, items, share, seed), daemon=True)
+            proc = ctx.Process(target=_child, args=(send, fn, items, counter, seed), daemon=True)
             proc.start()
             send.close()
-            procs.append((proc, recv, share))
-        results = dict(zip(shares[-1], _run_items(fn, items, shares[-1], seed), strict=True))
-        for proc, recv, share in procs:
-            results.update(zip(share, _receive(proc, recv, share), strict=True))
+            procs.append((proc, recv))
+        results = dict(_take(fn, items, counter, seed))
+        for proc, recv in procs:
+            results.update(_receive(proc, recv))
     finally:
-        for proc, _, _ in procs:
+        for proc, _ in procs:
             if proc.is_alive():
                 proc.terminate()
             proc.join()
     return results
 
 
-def _receive(proc: Any, recv: Any, share: list[int]) -> list[Any]:
-    """A worker's results, or its error raised here."""
+def _receive(proc: Any, recv: Any) -> list[tuple[int, Any]]:
+    """A worker's (index, result) pairs, or its error raised here."""
     try:
         status, value = pickle.loads(recv.recv_bytes())
     except EOFError:
         proc.join()
-        raise RuntimeError(f"a worker of parallel_map died (exit code {proc.exitcode}) on items {share}") from None
+        raise RuntimeError(f"a worker of parallel_map died (exit code {proc.exitcode})") from None
     if status == "error":
-        raise RuntimeError(f"parallel_map: item(s) {share} raised in a worker:\n{value}")
+        raise RuntimeError(value)
     return value
 
 

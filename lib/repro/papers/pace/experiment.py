@@ -158,12 +158,13 @@ def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device
     two = _two_group_init(recipe, seed, device) if controls else None
     data = corpus.data.to(device)
     opts = dict(batch=recipe.batch, lr=recipe.lr, seed=seed)
-    jobs = {"pace": (pace, dict(steps=recipe.steps, ks=recipe.ks)), "mlp": (mlp, dict(steps=recipe.mlp_steps))}
+    jobs = {"two_group": (two, dict(steps=recipe.steps))} if controls else {}  # costliest first (two backbones)
+    jobs["pace"] = (pace, dict(steps=recipe.steps, ks=recipe.ks))
     if recipe.coupled_steps:
         jobs["coupled"] = (coupled, dict(steps=recipe.coupled_steps, ks=[recipe.window]))
     if controls:
         jobs["single"] = (single, dict(steps=recipe.steps, ks=[1]))
-        jobs["two_group"] = (two, dict(steps=recipe.steps))
+    jobs["mlp"] = (mlp, dict(steps=recipe.mlp_steps))
 
     def job(name: str) -> tuple[dict[str, torch.Tensor], list[float]]:
         model, kw = jobs[name]
