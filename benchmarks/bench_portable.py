@@ -5,7 +5,10 @@ re-ID CNN (forward and backward, batch 64 at 48x24) and its inference over 512 c
 convolution backends (oneDNN, NNPACK) and with :func:`repro.runtime.portable_kernels` (ATen's im2col + BLAS); and
 the GEMMs of the other notebooks. MKL's branch is fixed at process start (``MKL_CBWR``), so run it once per branch
 and compare the printed times: ``MKL_CBWR=AVX2,STRICT python ...`` (before issue 44) and ``MKL_CBWR=COMPATIBLE``.
-Prints JSON.
+Roofline (issue 43 item 1): every case's FLOPs (torch's ``FlopCounterMode``; a training step counted as its forward,
+backward and optimiser products) over its time, against the square-matmul peak measured in this process
+(:func:`repro.bench.measure_peak`, so under this process's MKL branch: run it once per branch to see what the branch
+costs against the machine). Prints JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
+from repro import bench
 from repro.papers.scale_ps.network import CosineClassifier, ReIDNet
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
@@ -36,6 +41,13 @@ def _time(fn, min_s: float = 0.3) -> float:
 def _backends(enabled: bool) -> None:
     torch.backends.mkldnn.enabled = enabled
     torch.backends.nnpack.set_flags(enabled)
+
+
+def flops(fn) -> int:
+    """Floating-point operations of one call of ``fn`` (torch's counter: matrix products and convolutions)."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
 
 
 def main() -> None:
@@ -71,13 +83,24 @@ def main() -> None:
         _backends(True)
         gemm["mm 512^3"].append(_time(lambda: a @ b))
         gemm["bmm 1000x16^2"].append(_time(lambda: torch.bmm(s, t)))
-    out = {"MKL_CBWR": os.environ.get("MKL_CBWR"), "rounds": ROUNDS}
+    peak = bench.measure_peak(torch.float32, "cpu")
+    work = {**{k: flops(fn) for k, fn in cases.items()}, "mm 512^3": 2 * 512**3, "bmm 1000x16^2": 1000 * 2 * 16**3}
+    out = {"MKL_CBWR": os.environ.get("MKL_CBWR"), "rounds": ROUNDS, "peak": peak.describe()}
     for name, d in times.items():
         med = {k: statistics.median(v) for k, v in d.items()}
         out[name] = {"default_ms": round(med["default"] * 1e3, 2), "portable_ms": round(med["portable"] * 1e3, 2),
-                     "ratio": round(med["portable"] / med["default"], 2)}
-    out.update({k: {"ms": round(statistics.median(v) * 1e3, 3)} for k, v in gemm.items()})
+                     "ratio": round(med["portable"] / med["default"], 2),
+                     **{f"{label}_of_peak": round(bench.roofline(sec, peak, flops=work[name])["of_peak_flops"], 3)
+                        for label, sec in med.items()}}
+    for k, v in gemm.items():
+        sec = statistics.median(v)
+        frac = bench.roofline(sec, peak, flops=work[k])["of_peak_flops"]
+        out[k] = {"ms": round(sec * 1e3, 3), "of_peak": round(frac, 3)}
+    out["gflop_per_call"] = {k: round(w / 1e9, 4) for k, w in work.items()}
     print(json.dumps(out, indent=1))
+    for k, w in work.items():
+        sec = statistics.median(gemm[k]) if k in gemm else statistics.median(times[k]["default"])
+        print(bench.roofline_line(k, bench.roofline(sec, peak, flops=w)))
 
 
 if __name__ == "__main__":
