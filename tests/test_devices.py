@@ -97,7 +97,7 @@ def lmo(d: torch.device) -> Any:
             opt.step()
     part(L.matrix_regression, 32, 3, 3, 1, noise=0.1, seed=0, device=d)  # its exact solution is taken on the CPU
     prob = moved(L.matrix_regression(32, 3, 3, 1, noise=0.1, seed=0), d)
-    part(L.run_grid, prob, "spectral-ns5", [2], [0.5], L.lr_grid(0.05, [2], [0.5], 1), budget=16, seeds=1,
+    part(L.run_grid, prob, "spectral-ns5", [2], [0.5], L.lr_grid(0.05, [2], [0.5], 1), budget=16, n_seeds=1,
          checkpoints=2)
     return X, L.tau_nice_indices(32, 2, (3, 2), gen(0, d), d), L.dual_norm(X.detach(), "spectral")
 
@@ -297,7 +297,7 @@ def meta_marl(d: torch.device) -> Any:
     tasks = M.make_tasks([30.0, 120.0], 2, device=d)
     part(M.collect_dataset, tasks, 4, 5, n_landmarks=2, seed=0, device=d)
     ds = moved(M.collect_dataset(M.make_tasks([30.0, 120.0], 2), 4, 5, n_landmarks=2, seed=0), d)
-    cfg = M.D2TRConfig(steps_teacher=2, steps_student=2, steps_role=2, steps_policy=2, k_max=3, hidden=8, dz=4,
+    cfg = M.D2TRConfig(teacher_steps=2, student_steps=2, role_steps=2, policy_steps=2, k_max=3, hidden=8, dz=4,
                        dr=2, hsic_samples=8, policy_batch=16, role_batch=8)
     trans = ds.transitions()
     out = [M.hsic(torch.randn(8, 3, device=d), torch.randn(8, 2, device=d)), part(M.train_d2tr_lite, ds, cfg)]

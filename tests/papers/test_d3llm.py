@@ -471,10 +471,10 @@ def test_train_d3llm_refuses_an_empty_trajectory_set():
 
 
 def test_recipe_takes_only_its_fields_from_a_config():
-    cfg = {"d_model": 32, "layers": 1, "block_sizes": [2, 3], "thresholds": [0.1], "seeds": 3}
+    cfg = {"d_model": 32, "n_layers": 1, "block_sizes": [2, 3], "thresholds": [0.1], "n_seeds": 3}
     r = D.Recipe.from_config(cfg)
-    assert (r.d_model, r.layers, list(r.block_sizes)) == (32, 1, [2, 3])
-    assert r.heads == D.Recipe().heads and not hasattr(r, "thresholds")
+    assert (r.d_model, r.n_layers, list(r.block_sizes)) == (32, 1, [2, 3])
+    assert r.n_heads == D.Recipe().n_heads and not hasattr(r, "thresholds")
 
 
 def test_curves_of_the_oracle_match_the_decoders():
@@ -637,7 +637,7 @@ def test_kv_sweep_matches_the_decoders_one_prompt_at_a_time():
 
 
 def tiny_recipe(**kw) -> D.Recipe:
-    return D.Recipe(d_model=32, layers=1, heads=2, ar_steps=60, diff_steps=60, batch=32, lr=3e-3, traj_prompts=64,
+    return D.Recipe(d_model=32, n_layers=1, n_heads=2, ar_steps=60, diff_steps=60, batch=32, lr=3e-3, traj_prompts=64,
                     student_steps=3, student_batch=8, block_sizes=(2,), block=2, **kw)
 
 

@@ -321,7 +321,7 @@ def test_run_grid_matches_sequential_optimizer():
     prob = L.linear_regression(64, 5, noise=1.0, seed=2, dtype=torch.float64)
     taus, alphas = [1, 4], [1.0, 0.25]
     lrs = L.lr_grid(0.05, taus, alphas, 2)
-    res = L.run_grid(prob, "l2", taus, alphas, lrs, budget=32, seeds=2, checkpoints=4, seed=3)
+    res = L.run_grid(prob, "l2", taus, alphas, lrs, budget=32, n_seeds=2, checkpoints=4, seed=3)
     assert res.loss.shape == (2, 2, 2, 2, 4) and list(res.samples) == [8, 16, 24, 32]
     for t_i, tau in enumerate(taus):
         gen = torch.Generator().manual_seed(3 * 1_000_003 + tau)
@@ -340,14 +340,14 @@ def test_run_grid_matches_sequential_optimizer():
 def test_run_grid_spectral_runs_and_rejects_bad_grids():
     prob = L.matrix_regression(32, 3, 3, 1, noise=0.1, seed=0)
     lrs = L.lr_grid(0.05, [2], [0.5], 1)
-    res = L.run_grid(prob, "spectral-ns5", [2], [0.5], lrs, budget=16, seeds=1, checkpoints=2)
+    res = L.run_grid(prob, "spectral-ns5", [2], [0.5], lrs, budget=16, n_seeds=1, checkpoints=2)
     assert np.isfinite(res.loss).all() and res.final.shape == (1, 1, 1, 1)
     with pytest.raises(ValueError, match="divide"):
-        L.run_grid(prob, "l2", [3], [0.5], L.lr_grid(0.05, [3], [0.5], 1), budget=16, seeds=1, checkpoints=2)
+        L.run_grid(prob, "l2", [3], [0.5], L.lr_grid(0.05, [3], [0.5], 1), budget=16, n_seeds=1, checkpoints=2)
     with pytest.raises(ValueError, match="alphas"):
-        L.run_grid(prob, "l2", [2], [0.0], L.lr_grid(0.05, [2], [1.0], 1), budget=16, seeds=1, checkpoints=2)
+        L.run_grid(prob, "l2", [2], [0.0], L.lr_grid(0.05, [2], [1.0], 1), budget=16, n_seeds=1, checkpoints=2)
     with pytest.raises(ValueError, match="lrs"):
-        L.run_grid(prob, "l2", [2], [0.5], np.ones((1, 1)), budget=16, seeds=1, checkpoints=2)
+        L.run_grid(prob, "l2", [2], [0.5], np.ones((1, 1)), budget=16, n_seeds=1, checkpoints=2)
 
 
 def test_grid_readers_on_a_synthetic_result():
@@ -436,7 +436,7 @@ def test_run_landscape_centres_the_lr_grid_on_the_proxy_step():
     # exact closed form) up to its small-α approximation, divided by the LMO's Euclidean step length √d for sign
     probs = {"lin": L.linear_regression(64, 4, noise=0.5, seed=0, dtype=torch.float64)}
     taus, alphas, N = [1, 4], [1 / 64, 1 / 128], 64
-    res = L.run_landscape(probs, [("lin", "l2"), ("lin", "sign")], taus, alphas, N, seeds=1, checkpoints=2,
+    res = L.run_landscape(probs, [("lin", "l2"), ("lin", "sign")], taus, alphas, N, n_seeds=1, checkpoints=2,
                           lr_count=3, lr_ratio=2.0, seed=1)
     c = probs["lin"].proxy_constants()
     for (_, lmo), r in res.items():
@@ -453,7 +453,7 @@ def test_grid_offset_study_is_run_landscape_at_shifted_grids():
     probs = {"lin": L.linear_regression(64, 4, noise=0.5, seed=0, dtype=torch.float64)}
     taus, N = [1, 2, 4], 64
     grids = [L.LRGrid("a", 2.0, 3, (1.0, 0.5, 0.25)), L.LRGrid("b", 2**0.5, 2, (1.0, 0.5))]
-    study = L.grid_offset_study(probs, ("lin", "l2"), taus, grids, [0.0, 0.5], N, seeds=2, checkpoints=2,
+    study = L.grid_offset_study(probs, ("lin", "l2"), taus, grids, [0.0, 0.5], N, n_seeds=2, checkpoints=2,
                                 temperature=0.1, seed=3)
     assert study.slopes.shape == (2, 2) and study.median == pytest.approx(np.median(study.slopes))
     for i, g in enumerate(grids):
@@ -468,10 +468,10 @@ def test_grid_offset_study_is_run_landscape_at_shifted_grids():
 def test_offset_study_seed_medians_and_with_run_join_the_main_run():
     probs = {"lin": L.linear_regression(64, 4, noise=0.5, seed=0, dtype=torch.float64)}
     taus, N, g = [1, 2, 4], 64, L.LRGrid("a", 2.0, 3, (1.0, 0.5, 0.25))
-    both = L.grid_offset_study(probs, ("lin", "l2"), taus, [g], [0.0, 0.5], N, seeds=3, checkpoints=2,
+    both = L.grid_offset_study(probs, ("lin", "l2"), taus, [g], [0.0, 0.5], N, n_seeds=3, checkpoints=2,
                                temperature=0.1, seed=3)
     np.testing.assert_allclose(both.seed_medians, np.median(both.seed_slopes[0], axis=0))
-    half = L.grid_offset_study(probs, ("lin", "l2"), taus, [g], [0.5], N, seeds=3, checkpoints=2,
+    half = L.grid_offset_study(probs, ("lin", "l2"), taus, [g], [0.5], N, n_seeds=3, checkpoints=2,
                                temperature=0.1, seed=3)
     main = L.run_landscape(probs, [("lin", "l2")], taus, g.alphas, N, 3, 2, g.count, g.ratio, seed=3)
     joined = half.with_run(L.summarize(main["lin", "l2"], 0.1))
@@ -486,7 +486,7 @@ def test_offset_study_seed_medians_and_with_run_join_the_main_run():
 def test_exact_grad_runs_full_gradient_steps_at_the_batch_step_count():
     prob = L.linear_regression(32, 3, noise=0.5, seed=1, dtype=torch.float64)
     lrs = np.full((2, 1, 1), 0.05)
-    res = L.run_grid(prob, "l2", [1, 4], [0.5], lrs, 16, seeds=2, checkpoints=1, exact_grad=True)
+    res = L.run_grid(prob, "l2", [1, 4], [0.5], lrs, 16, n_seeds=2, checkpoints=1, exact_grad=True)
     np.testing.assert_array_equal(res.loss[:, 0], res.loss[:, 1])  # no sampling noise: every seed alike
     for t_i, tau in enumerate((1, 4)):                               # a hand-written loop of 16/τ full steps
         x, m = torch.zeros(3, dtype=torch.float64), None

@@ -311,7 +311,7 @@ def test_kmeans_roles_recovers_separated_clusters():
 def _tiny():
     tasks = make_tasks([30.0, 210.0], 4)
     ds = collect_dataset(tasks, 8, 8, seed=13)
-    cfg = D2TRConfig(steps_teacher=3, steps_student=3, steps_role=3, steps_policy=3, k_max=4, hidden=16,
+    cfg = D2TRConfig(teacher_steps=3, student_steps=3, role_steps=3, policy_steps=3, k_max=4, hidden=16,
                      hsic_samples=16)
     return tasks, ds, train_d2tr_lite(ds, cfg)
 
@@ -411,7 +411,7 @@ def _study():
     tasks = make_tasks([30.0, 210.0], 4)
     ds = collect_dataset(tasks, 8, 8, seed=21)
     train, held = ds.episodes(slice(0, 6)), ds.episodes(slice(6, None))
-    cfg = D2TRConfig(steps_teacher=3, steps_student=3, steps_role=3, steps_policy=3, k_max=4, hidden=16,
+    cfg = D2TRConfig(teacher_steps=3, student_steps=3, role_steps=3, policy_steps=3, k_max=4, hidden=16,
                      hsic_samples=16, hsic_weight=0.5)
     runs = [train_representations(train, held, D2TRConfig(**{**vars(cfg), "seed": s}), [1, 2], n_centroid=4,
                                   n_query=2) for s in (0, 1)]
@@ -452,6 +452,6 @@ def test_runs_on_cuda():
     ds = collect_dataset(tasks, 8, 6, seed=0, device="cuda")
     cpu = collect_dataset(make_tasks([30.0], 4), 8, 6, seed=0)
     assert torch.allclose(ds.obs.cpu(), cpu.obs, atol=1e-4)
-    out = train_d2tr_lite(ds, D2TRConfig(steps_teacher=2, steps_student=2, steps_role=2, steps_policy=2, k_max=4,
+    out = train_d2tr_lite(ds, D2TRConfig(teacher_steps=2, student_steps=2, role_steps=2, policy_steps=2, k_max=4,
                                          hsic_samples=16))
     assert evaluate(out["policy"], tasks, 2, episodes=2, steps=3, device="cuda").returns.shape == (4, 2)

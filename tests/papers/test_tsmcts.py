@@ -272,7 +272,7 @@ def test_runs_on_cuda(suite):
 
 def test_harness_matches_model_calls_and_scores_against_exact_q():
     p = T.make_problem(4, n=6, seed=7, sigma_v=0.3, min_distance=4, dtype=torch.float64)
-    st = T.depth_study(p, ["SMC", "TSMCTS", "SH-MC"], [2, 3], 0.1, seeds=3, n_particles=8, m=4)
+    st = T.depth_study(p, ["SMC", "TSMCTS", "SH-MC"], [2, 3], 0.1, n_seeds=3, n_particles=8, m=4)
     for (_op, k), r in st.runs.items():
         assert r.model_calls == 8 * k and r.regret.shape == (p.n_roots, 3)
         assert (r.regret >= -1e-12).all() and 0.0 <= T.improved_fraction(r) <= 1.0
@@ -316,7 +316,7 @@ def test_per_root_pooled_and_depth_gain_by_hand():
 
 def test_mc_control_is_smc_without_twist():
     p = T.make_problem(4, n=6, seed=7, sigma_v=0.3, min_distance=4, dtype=torch.float64)
-    mc = T.run_operator(p, "MC", 6, 0.1, seeds=4, n_particles=8)
+    mc = T.run_operator(p, "MC", 6, 0.1, n_seeds=4, n_particles=8)
     assert mc.model_calls == 8 * 6 and (mc.resamples == 0).all()
     # the same searches as smc_search at tau = inf with the harness's generator: identical root values
     roots = p.roots.repeat(4)

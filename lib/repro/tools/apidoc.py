@@ -100,31 +100,69 @@ def _definitions(tree: ast.Module) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def _lazy_table(tree: ast.Module) -> dict[str, str]:
-    """The names a package's ``lazy_exports(__name__, globals(), {...})`` call loads on first use -> submodule."""
+def _assigned(tree: ast.Module, name: str) -> ast.expr | None:
+    """The value of a module-level ``name = ...`` (or ``name: T = ...``), if there is one."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
+            return node.value
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == name:
+            return node.value
+    return None
+
+
+def _strings(root: Path, module: str, tree: ast.Module, node: ast.expr | None) -> list[str]:
+    """The names a module-level expression lists, read from the source: string literals in a list or tuple,
+    ``*sub.__all__`` (the ``__all__`` of the package's submodule ``sub``), ``*NAME`` (a module-level list, or a
+    dict's keys) and ``*NAME["key"]`` (one of the dict's lists)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.List | ast.Tuple):
+        return [s for e in node.elts for s in _strings(root, module, tree, e)]
+    if isinstance(node, ast.Starred):
+        return _strings(root, module, tree, node.value)
+    if isinstance(node, ast.Dict):
+        return [s for k in node.keys for s in _strings(root, module, tree, k)]
+    if isinstance(node, ast.Name):
+        return _strings(root, module, tree, _assigned(tree, node.id))
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
+        table = _assigned(tree, node.value.id)
+        if isinstance(table, ast.Dict):
+            values = {getattr(k, "value", None): v for k, v in zip(table.keys, table.values, strict=True)}
+            return _strings(root, module, tree, values.get(node.slice.value))
+    if isinstance(node, ast.Attribute) and node.attr == "__all__" and isinstance(node.value, ast.Name):
+        sub = f"{module}.{node.value.id}"
+        return _exports(root, sub, _parse(root, sub))
+    return []
+
+
+def _lazy_table(root: Path, module: str, tree: ast.Module) -> dict[str, str]:
+    """The names a package's ``lazy_exports(__name__, globals(), {...})`` call loads on first use -> submodule
+    (the table may be a module-level dict passed by name)."""
     out: dict[str, str] = {}
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "lazy_exports" and len(node.args) == 3
-                and isinstance(node.args[2], ast.Dict)):
-            for key, value in zip(node.args[2].keys, node.args[2].values, strict=True):
-                if isinstance(key, ast.Constant) and isinstance(value, ast.List):
-                    out.update({e.value: key.value for e in value.elts if isinstance(e, ast.Constant)})
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "lazy_exports" and len(node.args) == 3:
+            table = node.args[2]
+            if isinstance(table, ast.Name):
+                table = _assigned(tree, table.id)
+            if not isinstance(table, ast.Dict):
+                continue
+            for key, value in zip(table.keys, table.values, strict=True):
+                if isinstance(key, ast.Constant):
+                    out.update({n: key.value for n in _strings(root, module, tree, value)})
                     out[key.value] = key.value  # the submodule itself is reachable too
     return out
 
 
-def _exports(tree: ast.Module) -> list[str]:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
-            return [e.value for e in node.value.elts if isinstance(e, ast.Constant)]  # type: ignore[attr-defined]
-    return []
+def _exports(root: Path, module: str, tree: ast.Module) -> list[str]:
+    """A module's ``__all__`` (see :func:`_strings` for the forms it may take), or ``[]``."""
+    return _strings(root, module, tree, _assigned(tree, "__all__"))
 
 
 def public_names(root: Path, package: str) -> list[Name]:
-    """The public names of ``package`` (its ``__all__``; for a plain module its top-level definitions), each
-    traced to the submodule that defines it."""
+    """The public names of ``package`` (its ``__all__``, sorted; for a plain module its top-level definitions, in
+    order), each traced to the submodule that defines it."""
     tree = _parse(root, package)
-    exported = _exports(tree)
+    exported = _exports(root, package, tree)
     if not _module_file(root, package).name == "__init__.py":
         defs = _definitions(tree)
         return [Name(n, package, defs[n][0], defs[n][1], False, defs[n][2])
@@ -133,14 +171,18 @@ def public_names(root: Path, package: str) -> list[Name]:
     submodules: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            where.update({a.asname or a.name: node.module for a in node.names})
+            names = [a.asname or a.name for a in node.names]
+            if names == ["*"]:  # from .method import *: the submodule's __all__
+                sub = f"{package}.{node.module}"
+                names = _exports(root, sub, _parse(root, sub))
+            where.update({n: node.module for n in names})
         elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import experiment
             submodules |= {a.name for a in node.names}
-    lazy = _lazy_table(tree)
+    lazy = _lazy_table(root, package, tree)
     where.update(lazy)
     out = []
     submodules |= {sub for name, sub in lazy.items() if name == sub}
-    for n in exported:
+    for n in sorted(exported):  # __all__ is assembled from the submodules': the page lists it alphabetically
         if n in submodules:
             doc = ast.get_docstring(_parse(root, f"{package}.{n}"))
             out.append(Name(n, f"{package}.{n}", "module", _first_line(doc)))

@@ -41,42 +41,9 @@ ablation, the learned equivariant frame, the lookup controls and :func:`train`),
 harness).
 """
 
-from .experiment import CONTROLS, FAMILIES, Checks, Suite, exact_checks, pose_grid, run_suite
-from .method import (
-    arclength_resample,
-    canonical_frame,
-    chord_frame,
-    compose,
-    factorize,
-    frechet,
-    path_error,
-    retime,
-    sim2_act,
-    sim2_exp,
-    sim2_inv,
-    sim2_log,
-    sim2_matrix,
-    uniform_grid,
-)
-from .models import AbsoluteMLP, GAMEq, GAMLite, SchemaLookup, StackedLinear, mlp, task_input, train
-from .problems import (
-    CORNERED,
-    SHAPE_RANGES,
-    SKILLS,
-    SMOOTH,
-    WARPS,
-    SkillData,
-    make_skill_dataset,
-    shape_value,
-    shaped_paths,
-    skill_paths,
-    time_warps,
-)
+from .experiment import *
+from .method import *
+from .models import *
+from .problems import *
 
-__all__ = [
-    "CONTROLS", "CORNERED", "FAMILIES", "SHAPE_RANGES", "SKILLS", "SMOOTH", "WARPS", "AbsoluteMLP", "Checks", "GAMEq",
-    "GAMLite", "SchemaLookup", "SkillData", "StackedLinear", "Suite", "arclength_resample", "canonical_frame",
-    "chord_frame", "compose", "exact_checks", "factorize", "frechet", "make_skill_dataset", "mlp", "path_error",
-    "pose_grid", "retime", "run_suite", "shape_value", "shaped_paths", "sim2_act", "sim2_exp", "sim2_inv", "sim2_log",
-    "sim2_matrix", "skill_paths", "task_input", "time_warps", "train", "uniform_grid",
-]
+__all__ = [*experiment.__all__, *method.__all__, *models.__all__, *problems.__all__]

@@ -43,7 +43,7 @@ from repro.common.train import fit
 from .method import arclength_resample, chord_frame, factorize, retime, sim2_act, sim2_inv
 from .problems import SkillData, rotate_about
 
-__all__ = ["AbsoluteMLP", "GAMEq", "GAMLite", "SchemaLookup", "StackedLinear", "mlp", "train"]
+__all__ = ["AbsoluteMLP", "GAMEq", "GAMLite", "SchemaLookup", "StackedLinear", "mlp", "task_input", "train"]
 
 
 class StackedLinear(nn.Module):

@@ -25,6 +25,11 @@ from scipy.special import betainc
 
 from .method import arclength_resample, retime, sim2_act, sim2_matrix, uniform_grid
 
+__all__ = [
+    "CORNERED", "SHAPE_RANGES", "SKILLS", "SMOOTH", "WARPS", "SkillData", "make_skill_dataset", "shape_value",
+    "shaped_paths", "skill_paths", "time_warps",
+]
+
 SKILLS = ("straight", "arc", "S", "L", "zigzag", "loop")
 SMOOTH = ("straight", "arc", "S", "loop")     # C¹ paths: arc-length resampling error is O(h²)
 CORNERED = ("L", "zigzag")                   # corners: the chord cuts them, error O(h)

@@ -49,43 +49,8 @@ Layout: :mod:`.problems` (the MDP and tasks), :mod:`.method` (information terms,
 representations), :mod:`.experiment` (the notebook's harness).
 """
 
-from .experiment import (
-    ANCHORS,
-    TEMPLATES,
-    Collapse,
-    Learned,
-    Phi,
-    Sweep,
-    anchor_representations,
-    group_counts,
-    learned_reps,
-    partial_spearman,
-    quadrant_counts,
-    random_phi_family,
-    spearman,
-    sweep,
-    value_collapse_example,
-)
-from .method import (
-    GoalRepAgent,
-    TrainedRep,
-    entropy,
-    first_hit_times,
-    group_entropies,
-    group_ids,
-    mixed_policy,
-    policy_of,
-    rollout_success,
-    success_probability,
-    success_rate,
-    train_goal_rep,
-)
-from .problems import ACTIONS, DiscreteCube, Tasks
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "ACTIONS", "ANCHORS", "TEMPLATES", "Collapse", "DiscreteCube", "GoalRepAgent", "Learned", "Phi", "Sweep", "Tasks",
-    "TrainedRep", "anchor_representations", "entropy", "first_hit_times", "group_counts", "group_entropies",
-    "group_ids", "learned_reps", "partial_spearman", "mixed_policy", "policy_of", "quadrant_counts",
-    "random_phi_family", "rollout_success", "spearman", "success_probability", "success_rate", "sweep",
-    "train_goal_rep", "value_collapse_example",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__]

@@ -20,6 +20,12 @@ from scipy import stats
 from .method import group_entropies, group_ids, mixed_policy, success_probability, train_goal_rep
 from .problems import DiscreteCube, Tasks
 
+__all__ = [
+    "ANCHORS", "TEMPLATES", "Collapse", "Learned", "Phi", "Sweep", "anchor_representations", "group_counts",
+    "learned_reps", "partial_spearman", "quadrant_counts", "random_phi_family", "spearman", "sweep",
+    "value_collapse_example",
+]
+
 Tensor = torch.Tensor
 Feats = dict[str, Tensor]
 

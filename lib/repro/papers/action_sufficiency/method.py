@@ -31,6 +31,11 @@ from torch import nn
 from ...common.train import fit
 from .problems import DiscreteCube, Tasks
 
+__all__ = [
+    "GoalRepAgent", "TrainedRep", "entropy", "first_hit_times", "group_entropies", "group_ids", "mixed_policy",
+    "policy_of", "rollout_success", "success_probability", "success_rate", "train_goal_rep",
+]
+
 Tensor = torch.Tensor
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+__all__ = ["ACTIONS", "DiscreteCube", "Tasks"]
+
 Tensor = torch.Tensor
 
 ACTIONS = ("UP", "DOWN", "LEFT", "RIGHT", "PICK", "PLACE")

@@ -30,77 +30,9 @@ rule as its null, held-out-input queries, order effects, the spread over orders 
 :mod:`.llm` (the SmolLM2 tier: cached many-shot prompting).
 """
 
-from .experiment import (
-    BruteForceCheck,
-    OrderStudy,
-    PoolStats,
-    ShotCurve,
-    SimilarityStudy,
-    accuracy_vs_shots,
-    bayes_cot_accuracy,
-    brute_force_check,
-    brute_force_tour,
-    copy_rule,
-    demo_states,
-    draw_pools,
-    mean_turning_degrees,
-    order_spread,
-    order_study,
-    pca2,
-    pool_statistics,
-    shot_curve,
-    similarity_study,
-    template_switches,
-    toy_model,
-    train_toy,
-)
-from .llm import (
-    QUERY,
-    Generation,
-    LLMStudy,
-    demo_orders,
-    demo_prompt,
-    encode,
-    finished,
-    greedy_after_prefix,
-    icl_answers,
-    llm_order_study,
-    parse_answer,
-    prefix_cache,
-)
-from .method import (
-    break_cycle,
-    cds_cost_matrix,
-    cds_order,
-    curvature_score,
-    nearest_neighbor_tour,
-    tour_cost,
-    turning_angles,
-    two_opt,
-)
-from .problems import (
-    ARITH_OPS,
-    TEMPLATES,
-    ArithmeticSet,
-    ProblemPool,
-    ToyFormat,
-    affine_tasks,
-    arithmetic_problems,
-    demo_tokens,
-    embed_texts,
-    gaussian_pools,
-    word_problems,
-)
+from .experiment import *
+from .llm import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "ARITH_OPS", "QUERY", "ArithmeticSet", "Generation", "LLMStudy", "arithmetic_problems", "demo_orders",
-    "demo_prompt", "encode", "finished", "greedy_after_prefix", "icl_answers", "llm_order_study", "parse_answer",
-    "prefix_cache",
-    "TEMPLATES", "BruteForceCheck", "OrderStudy", "PoolStats", "ProblemPool", "ToyFormat", "accuracy_vs_shots",
-    "affine_tasks", "bayes_cot_accuracy", "break_cycle", "brute_force_check", "brute_force_tour", "cds_cost_matrix",
-    "cds_order", "copy_rule", "curvature_score", "demo_states", "demo_tokens", "draw_pools", "embed_texts",
-    "gaussian_pools",
-    "mean_turning_degrees", "nearest_neighbor_tour", "order_spread", "order_study", "pca2", "pool_statistics",
-    "ShotCurve", "SimilarityStudy", "shot_curve", "similarity_study", "template_switches",
-    "toy_model", "tour_cost", "train_toy", "turning_angles", "two_opt", "word_problems",
-]
+__all__ = [*experiment.__all__, *llm.__all__, *method.__all__, *problems.__all__]

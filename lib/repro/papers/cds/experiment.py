@@ -27,6 +27,13 @@ from .method import (
 )
 from .problems import ToyFormat, affine_tasks, demo_tokens
 
+__all__ = [
+    "BruteForceCheck", "OrderStudy", "PoolStats", "ShotCurve", "SimilarityStudy", "accuracy_vs_shots",
+    "bayes_cot_accuracy", "brute_force_check", "brute_force_tour", "copy_rule", "demo_states", "draw_pools",
+    "mean_turning_degrees", "order_spread", "order_study", "pca2", "pool_statistics", "shot_curve", "similarity_study",
+    "template_switches", "toy_model", "train_toy",
+]
+
 Tensor = torch.Tensor
 
 

@@ -31,6 +31,11 @@ from ...common import stats
 from .method import cds_order
 from .problems import ArithmeticSet
 
+__all__ = [
+    "QUERY", "Generation", "LLMStudy", "demo_orders", "demo_prompt", "encode", "finished", "greedy_after_prefix",
+    "icl_answers", "llm_order_study", "parse_answer", "prefix_cache",
+]
+
 Tensor = torch.Tensor
 DEMO = "Problem:\n{q}\nSolution:\n{s}\n\n"
 QUERY = "Problem:\n{q}\nSolution:\n"

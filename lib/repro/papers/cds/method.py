@@ -26,6 +26,11 @@ import math
 
 import torch
 
+__all__ = [
+    "break_cycle", "cds_cost_matrix", "cds_order", "curvature_score", "nearest_neighbor_tour", "tour_cost",
+    "turning_angles", "two_opt",
+]
+
 Tensor = torch.Tensor
 STRATEGIES = ("cds", "high_curvature", "random")
 

@@ -19,6 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+__all__ = [
+    "ARITH_OPS", "TEMPLATES", "ArithmeticSet", "ProblemPool", "ToyFormat", "affine_tasks", "arithmetic_problems",
+    "demo_tokens", "embed_texts", "gaussian_pools", "word_problems",
+]
+
 Tensor = torch.Tensor
 TEMPLATES = ("rate", "percent", "sums", "rectangle", "clock", "units")
 NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun")

@@ -40,50 +40,8 @@ and the non-monotone control population of the number-of-actions test), :mod:`.e
 harness: per-trial results and their bootstrap estimates).
 """
 
-from .experiment import (
-    ActionSweep,
-    AdversarialSweep,
-    DeltaScaling,
-    RateInN,
-    Trials,
-    TwoPoint,
-    action_sweep,
-    adversarial_action_sweep,
-    delta_scaling,
-    flatness,
-    form_misfit,
-    form_x,
-    n_e2_spread,
-    nested_weights,
-    rate_in_n,
-    run_trials,
-    scaled_gap_growth,
-    slope_of_means,
-    tail_quantiles,
-    two_point_errors,
-    two_point_misfit,
-    two_point_z,
-    utility_polyline,
-    worst_growth,
-)
-from .method import Envelope, StepCurves, envelope, mean_reward, sup_deviation
-from .problems import (
-    CurvePopulation,
-    Population,
-    alternating_population,
-    random_population,
-    random_types,
-    staircase_population,
-    staircase_types,
-    two_point_population,
-)
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "ActionSweep", "AdversarialSweep", "CurvePopulation", "DeltaScaling", "Envelope", "Population", "RateInN",
-    "StepCurves", "Trials", "TwoPoint", "action_sweep", "adversarial_action_sweep", "alternating_population",
-    "delta_scaling", "envelope", "flatness", "form_misfit", "form_x", "mean_reward", "n_e2_spread",
-    "nested_weights", "random_population", "random_types", "rate_in_n", "run_trials", "scaled_gap_growth",
-    "slope_of_means", "staircase_population", "staircase_types", "sup_deviation", "tail_quantiles",
-    "two_point_errors", "two_point_misfit", "two_point_z", "two_point_population", "utility_polyline",
-    "worst_growth",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__]

@@ -29,6 +29,13 @@ from .problems import (
     two_point_population,
 )
 
+__all__ = [
+    "ActionSweep", "AdversarialSweep", "DeltaScaling", "RateInN", "Trials", "TwoPoint", "action_sweep",
+    "adversarial_action_sweep", "delta_scaling", "flatness", "form_misfit", "form_x", "n_e2_spread", "nested_weights",
+    "rate_in_n", "run_trials", "scaled_gap_growth", "slope_of_means", "tail_quantiles", "two_point_errors",
+    "two_point_misfit", "two_point_z", "utility_polyline", "worst_growth",
+]
+
 AnyPopulation = Population | CurvePopulation
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = ["Envelope", "StepCurves", "envelope", "mean_reward", "sup_deviation"]
+
 Tensor = torch.Tensor
 
 

@@ -11,6 +11,11 @@ import torch
 
 from .method import Envelope, StepCurves, Tensor, _check_types, envelope, mean_reward
 
+__all__ = [
+    "CurvePopulation", "Population", "alternating_population", "random_population", "random_types",
+    "staircase_population", "staircase_types", "two_point_population",
+]
+
 
 def _check_probs(probs: Tensor, n_types: int) -> None:
     if probs.shape != (n_types,) or (probs < 0).any():

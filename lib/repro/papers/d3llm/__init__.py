@@ -11,7 +11,7 @@ Quick start::
     >>> import torch
     >>> from repro.papers import d3llm
     >>> task = d3llm.ChainTask(n_operands=3, modulus=3, eos_pad=2)  # BOS a1 a2 a3 = → a2 s2 a3 s3 EOS EOS
-    >>> recipe = d3llm.Recipe(d_model=32, layers=2, heads=2, ar_steps=100, diff_steps=200, batch=32, lr=5e-3)
+    >>> recipe = d3llm.Recipe(d_model=32, n_layers=2, n_heads=2, ar_steps=100, diff_steps=200, batch=32, lr=5e-3)
     >>> model, _, _ = d3llm.train_teacher(task, recipe, seed=0)  # autoregressive warm-up, then masked diffusion
     >>> prompt, answer = task.sample(200, torch.Generator().manual_seed(1))  # 200 fresh problems
     >>> slow, fast = (d3llm.decode_multiblock(model, prompt, task.answer_len, 8, tau, mask_id=task.mask_id,
@@ -44,62 +44,8 @@ Deliberate deviations from the paper and its code:
   at one token per forward (the public ``get_aup`` uses each curve's first point).
 """
 
-from .experiment import (
-    AUP_CUT,
-    CURVE_KINDS,
-    ENTROPY_DECODING,
-    FAST_DLLM,
-    KV_SETTINGS,
-    Curves,
-    EvalSet,
-    Gain,
-    MatchedTPF,
-    Recipe,
-    accuracy,
-    aup_table,
-    bootstrap_gain,
-    curves,
-    distill,
-    kv_sweep,
-    matched_tpf,
-    new_model,
-    resampled_aups,
-    resampled_gains,
-    resampled_points,
-    seed_gain,
-    tpf_at_accuracy,
-    train_pair,
-    train_teacher,
-)
-from .method import (
-    RULES,
-    Decoded,
-    Denoiser,
-    aup,
-    aup_weight,
-    curriculum_block_size,
-    d3llm_loss,
-    decode_multiblock,
-    decode_multiblock_kvcache,
-    decode_vanilla,
-    diffusion_loss,
-    pseudo_trajectory_mask,
-    random_answer_mask,
-    token_entropy,
-    train_autoregressive,
-    train_d3llm,
-    train_diffusion,
-    transfer_rule,
-    wide,
-)
-from .problems import ChainTask
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "AUP_CUT", "CURVE_KINDS", "ENTROPY_DECODING", "FAST_DLLM", "KV_SETTINGS", "RULES", "ChainTask", "Curves",
-    "Decoded", "Denoiser", "EvalSet", "Gain", "MatchedTPF", "Recipe", "accuracy", "aup", "aup_table", "aup_weight",
-    "bootstrap_gain", "curriculum_block_size", "curves", "d3llm_loss", "decode_multiblock",
-    "decode_multiblock_kvcache", "decode_vanilla", "diffusion_loss", "distill", "kv_sweep", "matched_tpf",
-    "new_model", "pseudo_trajectory_mask", "random_answer_mask", "resampled_aups", "resampled_gains",
-    "resampled_points", "seed_gain", "token_entropy", "train_autoregressive", "train_d3llm", "train_diffusion",
-    "train_pair", "train_teacher", "tpf_at_accuracy", "transfer_rule", "wide",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__]

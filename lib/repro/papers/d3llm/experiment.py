@@ -34,6 +34,13 @@ from .method import (
 )
 from .problems import ChainTask
 
+__all__ = [
+    "AUP_CUT", "CURVE_KINDS", "ENTROPY_DECODING", "FAST_DLLM", "KV_SETTINGS", "Curves", "EvalSet", "Gain", "MatchedTPF",
+    "Recipe", "accuracy", "aup_table", "bootstrap_gain", "curves", "distill", "kv_sweep", "matched_tpf", "new_model",
+    "resampled_aups", "resampled_gains", "resampled_points", "seed_gain", "tpf_at_accuracy", "train_pair",
+    "train_teacher",
+]
+
 ENTROPY_DECODING: dict[str, Any] = dict(block_add_threshold=0.1, decoded_token_threshold=0.95)
 """d3LLM's multi-block settings in the paper's evaluation harness (a block is added at 10 % progress of the last
 one and fully activated at 95 % progress of its predecessor)."""
@@ -60,8 +67,8 @@ class Recipe:
     ``block`` is the decoding block size, used for the teacher's one-token-per-forward trajectories as well."""
 
     d_model: int = 128
-    layers: int = 3
-    heads: int = 4
+    n_layers: int = 3
+    n_heads: int = 4
     ar_steps: int = 250
     diff_steps: int = 350
     batch: int = 64
@@ -140,7 +147,7 @@ def new_model(task: ChainTask, recipe: Recipe, seed: int, device: torch.device |
     """A fresh bidirectional denoiser with Dream's shifted logits, initialised from torch's generator at ``seed``."""
     torch.manual_seed(seed)
     cfg = TransformerConfig(vocab_size=task.vocab_size, max_len=task.prompt_len + task.answer_len,
-                            d_model=recipe.d_model, n_layers=recipe.layers, n_heads=recipe.heads)
+                            d_model=recipe.d_model, n_layers=recipe.n_layers, n_heads=recipe.n_heads)
     return Denoiser(cfg, task.mask_id, shift=True).to(device)
 
 

@@ -51,6 +51,12 @@ from ...common.numerics import wide_float
 from ...common.train import cosine_schedule, fit
 from .problems import ChainTask
 
+__all__ = [
+    "RULES", "Decoded", "Denoiser", "aup", "aup_weight", "curriculum_block_size", "d3llm_loss", "decode_multiblock",
+    "decode_multiblock_kvcache", "decode_vanilla", "diffusion_loss", "pseudo_trajectory_mask", "random_answer_mask",
+    "token_entropy", "train_autoregressive", "train_d3llm", "train_diffusion", "transfer_rule", "wide",
+]
+
 Tensor = torch.Tensor
 ModelFn = Callable[[Tensor], Tensor]
 RULES = ("entropy", "confidence")

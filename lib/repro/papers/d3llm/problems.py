@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = ["ChainTask"]
+
 Tensor = torch.Tensor
 
 

@@ -43,55 +43,10 @@ cheaper within-minibatch variant).
 """
 
 from . import controls
-from .experiment import (
-    RADIUS_EDGES,
-    ROUTE_LABELS,
-    MoonFrames,
-    References,
-    Trained,
-    accuracy_table,
-    amortization,
-    baselines,
-    crescent_widths,
-    ess_curves,
-    explorer_frames,
-    mass_levels,
-    train_all,
-    weighted_iqr,
-)
-from .metrics import c2st, c2st_outcomes, c2st_score, mmd2
-from .npe import (
-    ROUTES,
-    AmortizedPosterior,
-    TrainResult,
-    ess,
-    gaussian_ess_fraction,
-    make_flow,
-    sample_log_uniform,
-    snis_weights,
-    train_tempered_npe,
-)
-from .reference import GridPosterior, MCMCResult, mcmc_power_posterior
-from .tasks import (
-    SLCP,
-    TASKS,
-    GaussianLinear,
-    Lorenz96Toy,
-    Task,
-    TwoMoons,
-    as_beta,
-    lorenz96_rhs,
-    lorenz96_summaries,
-    lorenz96_trajectory,
-    make_task,
-    rk4_step,
-)
+from .experiment import *
+from .metrics import *
+from .npe import *
+from .reference import *
+from .tasks import *
 
-__all__ = [
-    "RADIUS_EDGES", "ROUTE_LABELS", "MoonFrames", "References", "Trained", "accuracy_table", "amortization",
-    "baselines", "crescent_widths", "ess_curves", "explorer_frames", "mass_levels", "train_all", "weighted_iqr",
-    "ROUTES", "SLCP", "TASKS", "AmortizedPosterior", "GaussianLinear", "GridPosterior", "Lorenz96Toy", "MCMCResult",
-    "Task", "TrainResult", "TwoMoons", "as_beta", "c2st", "ess", "gaussian_ess_fraction", "lorenz96_rhs",
-    "lorenz96_summaries", "lorenz96_trajectory", "make_flow", "make_task", "mcmc_power_posterior", "mmd2", "rk4_step",
-    "sample_log_uniform", "snis_weights", "train_tempered_npe", "c2st_outcomes", "c2st_score", "controls",
-]
+__all__ = [*experiment.__all__, *metrics.__all__, *npe.__all__, *reference.__all__, *tasks.__all__, "controls"]

@@ -33,6 +33,11 @@ from .npe import TrainResult, ess, snis_weights, train_tempered_npe
 from .reference import GridPosterior, MCMCResult, mcmc_power_posterior
 from .tasks import Task, make_task
 
+__all__ = [
+    "RADIUS_EDGES", "ROUTE_LABELS", "MoonFrames", "References", "Trained", "accuracy_table", "amortization",
+    "baselines", "crescent_widths", "ess_curves", "explorer_frames", "mass_levels", "train_all", "weighted_iqr",
+]
+
 Tensor = torch.Tensor
 ROUTE_LABELS = {"synth": "route (i) synthesis", "snis": "route (ii) SNIS"}
 RADIUS_EDGES = np.linspace(0.0, 0.25, 61)  # histogram bins of the two-moons radius (the crescent's thickness)

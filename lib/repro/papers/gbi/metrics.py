@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+__all__ = ["c2st", "c2st_outcomes", "c2st_score", "mmd2"]
+
 Tensor = torch.Tensor
 
 

@@ -34,6 +34,11 @@ from torch import nn
 from ...common.train import fit
 from .tasks import Task, _rand
 
+__all__ = [
+    "ROUTES", "AmortizedPosterior", "TrainResult", "ess", "gaussian_ess_fraction", "make_flow", "sample_log_uniform",
+    "snis_weights", "train_tempered_npe",
+]
+
 Tensor = torch.Tensor
 ROUTES = ("synth", "snis")
 

@@ -26,6 +26,8 @@ import torch
 
 from .tasks import Task, _rand
 
+__all__ = ["GridPosterior", "MCMCResult", "mcmc_power_posterior"]
+
 Tensor = torch.Tensor
 
 

@@ -28,6 +28,11 @@ from collections.abc import Callable
 
 import torch
 
+__all__ = [
+    "SLCP", "TASKS", "GaussianLinear", "Lorenz96Toy", "Task", "TwoMoons", "as_beta", "lorenz96_rhs",
+    "lorenz96_summaries", "lorenz96_trajectory", "make_task", "rk4_step",
+]
+
 Tensor = torch.Tensor
 
 

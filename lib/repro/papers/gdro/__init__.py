@@ -37,56 +37,8 @@ Deliberate deviations from the paper and the repo (each also stated in the noteb
 * A warm-up epoch of plain GRPO before the adversaries act.
 """
 
-from .experiment import (
-    ARM_LABELS,
-    ARMS,
-    SIZE_ONLY,
-    ArmLog,
-    Evaluation,
-    Gap,
-    GRPOConfig,
-    Setup,
-    StreamLog,
-    WSEReport,
-    allocation_stream,
-    budget_stress,
-    chain_logprobs,
-    evaluate,
-    gaps,
-    hardest_bin_mass_ratio,
-    lead_lag,
-    make_policy,
-    neyman_plan,
-    pass_at_k,
-    per_bin_mean,
-    per_seed,
-    post_warmup,
-    prepare,
-    run_arms,
-    sample_chains,
-    sft,
-    summarize,
-    train_arm,
-    wse_report,
-)
-from .method import (
-    OnlineDifficultyBins,
-    PromptGDRO,
-    RolloutGDRO,
-    allocate_arms,
-    entropic_gdro,
-    grpo_advantages,
-    shadow_price_allocation,
-    sqrt_allocation,
-    wse,
-)
-from .problems import GROUPS, HEAVY_TAIL, ModSumTask, PassRatePool, Prompts
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "ARMS", "ARM_LABELS", "ArmLog", "Evaluation", "GROUPS", "GRPOConfig", "Gap", "HEAVY_TAIL", "ModSumTask",
-    "OnlineDifficultyBins", "PassRatePool", "PromptGDRO", "Prompts", "RolloutGDRO", "SIZE_ONLY", "Setup", "StreamLog",
-    "WSEReport", "allocate_arms", "allocation_stream", "budget_stress", "chain_logprobs", "entropic_gdro", "evaluate",
-    "gaps", "grpo_advantages", "hardest_bin_mass_ratio", "lead_lag", "make_policy", "neyman_plan", "pass_at_k",
-    "per_bin_mean", "per_seed", "post_warmup", "prepare", "run_arms", "sample_chains", "sft", "shadow_price_allocation",
-    "sqrt_allocation", "summarize", "train_arm", "wse", "wse_report",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__]

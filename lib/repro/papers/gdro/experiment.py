@@ -46,6 +46,13 @@ from .method import (
 )
 from .problems import GROUPS, ModSumTask, PassRatePool, Prompts
 
+__all__ = [
+    "ARM_LABELS", "ARMS", "SIZE_ONLY", "ArmLog", "Evaluation", "Gap", "GRPOConfig", "Setup", "StreamLog", "WSEReport",
+    "allocation_stream", "budget_stress", "chain_logprobs", "evaluate", "gaps", "hardest_bin_mass_ratio", "lead_lag",
+    "make_policy", "neyman_plan", "pass_at_k", "per_bin_mean", "per_seed", "post_warmup", "prepare", "run_arms",
+    "sample_chains", "sft", "summarize", "train_arm", "wse_report",
+]
+
 Tensor = torch.Tensor
 ARMS = ("grpo", "prompt", "rollout")
 ARM_LABELS = {"grpo": "GRPO", "prompt": "Prompt-GDRO", "rollout": "Rollout-GDRO"}

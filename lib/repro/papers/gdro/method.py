@@ -37,6 +37,11 @@ from collections.abc import Sequence
 
 import torch
 
+__all__ = [
+    "OnlineDifficultyBins", "PromptGDRO", "RolloutGDRO", "allocate_arms", "entropic_gdro", "grpo_advantages",
+    "shadow_price_allocation", "sqrt_allocation", "wse",
+]
+
 Tensor = torch.Tensor
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = ["GROUPS", "HEAVY_TAIL", "ModSumTask", "PassRatePool", "Prompts"]
+
 Tensor = torch.Tensor
 
 # 70 % K <= 2, 25 % K in 3..4, 5 % K in 5..6 (the spec's heavy tail)

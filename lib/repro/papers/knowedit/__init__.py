@@ -36,87 +36,9 @@ Layout: :mod:`.method` (editors, v*, R_k, effective rank, retrieval editor), :mo
 
 from repro.common.numerics import loglog_slope
 
-from .experiment import (
-    EDITORS,
-    TOY_KEYS,
-    ClaimData,
-    NullControls,
-    Suite,
-    ToyRun,
-    Trace,
-    block_outputs,
-    claim_data,
-    compare_editors,
-    edit_target,
-    edit_targets,
-    evaluate,
-    evaluate_items,
-    key_statistics,
-    make_suite,
-    max_slope,
-    median_slope,
-    mlp_keys,
-    random_controls,
-    random_matrix,
-    ratio_of_means,
-    rk_summary,
-    run_parametric,
-    run_retrieval,
-    single_edit_hits,
-    single_edit_reliability,
-    spearman_rs,
-    top_ratio,
-    toy_edit,
-    toy_run,
-    toy_summary,
-    toy_train,
-    train_toy,
-)
-from .llm import (
-    Fact,
-    LLMStudy,
-    LLMSuite,
-    LogitsOf,
-    candidate_facts,
-    docstring_corpus,
-    down_proj_keys,
-    first_word,
-    greedy_continuations,
-    layer_output_at,
-    llm_evaluate,
-    llm_study,
-    make_llm_suite,
-    memit_spread,
-    run_llm_parametric,
-    run_llm_retrieval,
-)
-from .method import (
-    CachedEmbedder,
-    RetrievalEditor,
-    VStarProblem,
-    alphaedit_projector,
-    alphaedit_update,
-    effective_rank,
-    key_covariance,
-    mean_key,
-    memit_update,
-    optimize_v_star,
-    optimize_v_stars,
-    relative_change_rates,
-    rome_update,
-)
-from .problems import World, make_world, render
+from .experiment import *
+from .llm import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "CachedEmbedder", "ClaimData", "NullControls", "claim_data", "evaluate_items", "max_slope", "median_slope",
-    "random_controls", "random_matrix", "ratio_of_means", "single_edit_hits", "spearman_rs", "top_ratio",
-    "toy_edit", "toy_train",
-    "EDITORS", "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "RetrievalEditor", "Suite", "TOY_KEYS", "ToyRun",
-    "Trace", "VStarProblem", "World", "alphaedit_projector", "alphaedit_update", "block_outputs", "candidate_facts",
-    "compare_editors", "docstring_corpus", "down_proj_keys", "edit_target", "edit_targets", "effective_rank",
-    "evaluate", "first_word", "greedy_continuations", "key_covariance", "key_statistics", "layer_output_at",
-    "llm_evaluate", "llm_study", "loglog_slope", "make_llm_suite", "make_suite", "make_world", "mean_key",
-    "memit_spread", "memit_update", "mlp_keys", "optimize_v_star", "optimize_v_stars", "relative_change_rates",
-    "render", "rk_summary", "rome_update", "run_llm_parametric", "run_llm_retrieval", "run_parametric",
-    "run_retrieval", "single_edit_reliability", "toy_run", "toy_summary", "train_toy",
-]
+__all__ = [*experiment.__all__, *llm.__all__, *method.__all__, *problems.__all__, "loglog_slope"]

@@ -34,6 +34,14 @@ from .method import (
     rome_update,
 )
 
+__all__ = [
+    "EDITORS", "TOY_KEYS", "ClaimData", "NullControls", "Suite", "ToyRun", "Trace", "block_outputs", "claim_data",
+    "compare_editors", "edit_target", "edit_targets", "evaluate", "evaluate_items", "key_statistics", "make_suite",
+    "max_slope", "median_slope", "mlp_keys", "random_controls", "random_matrix", "ratio_of_means", "rk_summary",
+    "run_parametric", "run_retrieval", "single_edit_hits", "single_edit_reliability", "spearman_rs", "top_ratio",
+    "toy_edit", "toy_run", "toy_summary", "toy_train", "train_toy",
+]
+
 Tensor = torch.Tensor
 Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]  # e.g. repro.runtime.Run.map
 EDITORS = ("rome", "memit", "alphaedit", "retrieval")

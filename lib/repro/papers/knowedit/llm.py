@@ -36,6 +36,12 @@ from .method import (
     rome_update,
 )
 
+__all__ = [
+    "Fact", "LLMStudy", "LLMSuite", "LogitsOf", "candidate_facts", "docstring_corpus", "down_proj_keys", "first_word",
+    "greedy_continuations", "layer_output_at", "llm_evaluate", "llm_study", "make_llm_suite", "memit_spread",
+    "run_llm_parametric", "run_llm_retrieval",
+]
+
 Tensor = torch.Tensor
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -15,6 +15,12 @@ from torch import nn
 
 from repro.common.hooks import capture, hooked
 
+__all__ = [
+    "CachedEmbedder", "RetrievalEditor", "VStarProblem", "alphaedit_projector", "alphaedit_update", "effective_rank",
+    "key_covariance", "mean_key", "memit_update", "optimize_v_star", "optimize_v_stars", "relative_change_rates",
+    "rome_update",
+]
+
 Tensor = torch.Tensor
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+__all__ = ["World", "make_world", "render"]
+
 Tensor = torch.Tensor
 SPECIAL = ("PAD", "BOS", "EOS", "Q", "CTX", ";", "->", "+", "=")
 RELATIONS = ("likes", "owns")

@@ -64,69 +64,9 @@ Layout: :mod:`.method` (LMOs, :class:`LMOMomentum`, τ-nice sampling and ABC con
 proxy), :mod:`.problems` (least squares), :mod:`.experiment` (the grid and the notebook's harness).
 """
 
-from .experiment import (
-    GridKey,
-    GridResult,
-    GridSummary,
-    LRGrid,
-    MeasuredCost,
-    NS5Inexactness,
-    OffsetStudy,
-    ProxyCost,
-    abc_rows,
-    alpha_hat,
-    best_lr_curves,
-    best_over_lr,
-    grid_offset_study,
-    lr_edge_fraction,
-    lr_grid,
-    measured_sample_cost,
-    ns5_inexactness,
-    proxy_alpha_min_step,
-    proxy_sample_cost,
-    run_grid,
-    run_landscape,
-    samples_to_target,
-    soft_argmin,
-    summarize,
-)
-from .method import (
-    ABC,
-    LMO_NAMES,
-    LMOMomentum,
-    dual_norm,
-    get_lmo,
-    lmo_l2,
-    lmo_sign,
-    lmo_spectral,
-    momentum_direction,
-    tau_nice_abc,
-    tau_nice_indices,
-    tau_nice_second_moment,
-    tau_nice_variance_factor,
-    unit_length,
-)
-from .problems import (
-    LeastSquares,
-    linear_regression,
-    matrix_regression,
-)
-from .theory import (
-    ALPHA_FINE,
-    ProxyConstants,
-    bound_proxy,
-    optimal_alpha_theory,
-    proxy_best,
-    theory_sample_cost,
-)
+from .experiment import *
+from .method import *
+from .problems import *
+from .theory import *
 
-__all__ = [
-    "ABC", "ALPHA_FINE", "GridKey", "GridResult", "GridSummary", "LMOMomentum", "LMO_NAMES", "LRGrid", "LeastSquares",
-    "MeasuredCost", "NS5Inexactness", "OffsetStudy", "ProxyConstants", "ProxyCost", "abc_rows", "alpha_hat",
-    "best_lr_curves", "best_over_lr", "bound_proxy", "dual_norm", "get_lmo", "grid_offset_study", "linear_regression",
-    "lmo_l2", "lmo_sign", "lmo_spectral",
-    "lr_edge_fraction", "lr_grid", "matrix_regression", "measured_sample_cost", "momentum_direction",
-    "ns5_inexactness", "optimal_alpha_theory", "proxy_alpha_min_step", "proxy_best", "proxy_sample_cost", "run_grid",
-    "run_landscape", "samples_to_target", "soft_argmin", "summarize", "tau_nice_abc", "tau_nice_indices",
-    "tau_nice_second_moment", "tau_nice_variance_factor", "theory_sample_cost", "unit_length",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__, *theory.__all__]

@@ -18,6 +18,13 @@ from .method import Tensor, get_lmo, lmo_spectral, momentum_direction, tau_nice_
 from .problems import LeastSquares
 from .theory import ProxyConstants, optimal_alpha_theory, theory_sample_cost
 
+__all__ = [
+    "GridKey", "GridResult", "GridSummary", "LRGrid", "MeasuredCost", "NS5Inexactness", "OffsetStudy", "ProxyCost",
+    "abc_rows", "alpha_hat", "best_lr_curves", "best_over_lr", "grid_offset_study", "lr_edge_fraction", "lr_grid",
+    "measured_sample_cost", "ns5_inexactness", "proxy_alpha_min_step", "proxy_sample_cost", "run_grid", "run_landscape",
+    "samples_to_target", "soft_argmin", "summarize",
+]
+
 # --------------------------------------------------------------------------------------------------------------
 # The batched (τ, α, lr, seed) grid
 # --------------------------------------------------------------------------------------------------------------
@@ -64,11 +71,11 @@ def _check_grid(taus: Sequence[int], alphas: Sequence[float], lrs: np.ndarray, b
 
 
 def run_grid(problem: LeastSquares, lmo: str, taus: Sequence[int], alphas: Sequence[float], lrs: np.ndarray,
-             budget: int, seeds: int, checkpoints: int = 32, seed: int = 0, nesterov: bool = False,
+             budget: int, n_seeds: int, checkpoints: int = 32, seed: int = 0, nesterov: bool = False,
              exact_grad: bool = False) -> GridResult:
     """Run the momentum LMO method from ``x₀ = 0`` for every (τ, seed, α, lr) at a fixed sample budget.
 
-    For each τ, all ``seeds × len(alphas) × lrs.shape[2]`` runs are one batched tensor computation of
+    For each τ, all ``n_seeds × len(alphas) × lrs.shape[2]`` runs are one batched tensor computation of
     ``budget/τ`` steps; the runs of one seed share their τ-nice mini-batches (common random numbers: the
     configurations are compared on the same sample path). Momentum starts at ``m₀ = g₀``.
 
@@ -82,25 +89,25 @@ def run_grid(problem: LeastSquares, lmo: str, taus: Sequence[int], alphas: Seque
     dev, dt, nb = problem.a.device, problem.a.dtype, len(problem.shape)
     na, nl = len(alphas), lrs.shape[2]
     alpha = torch.tensor(alphas, dtype=dt, device=dev).repeat_interleave(nl).reshape(1, -1, *[1] * nb)
-    out = np.empty((len(taus), seeds, na, nl, checkpoints))
+    out = np.empty((len(taus), n_seeds, na, nl, checkpoints))
     for t_i, tau in enumerate(taus):
         lr = torch.tensor(lrs[t_i], dtype=dt, device=dev).reshape(1, -1, *[1] * nb)   # α-major, lr-minor
         gen = torch.Generator(device=dev).manual_seed(seed * 1_000_003 + int(tau))
-        out[t_i] = _run_one_tau(problem, fn, int(tau), alpha, lr, budget, seeds, checkpoints, gen,
-                                nesterov, exact_grad).reshape(seeds, na, nl, checkpoints)
+        out[t_i] = _run_one_tau(problem, fn, int(tau), alpha, lr, budget, n_seeds, checkpoints, gen,
+                                nesterov, exact_grad).reshape(n_seeds, na, nl, checkpoints)
     samples = budget // checkpoints * np.arange(1, checkpoints + 1)
     return GridResult(lmo=lmo, taus=np.asarray(taus), alphas=np.asarray(alphas, dtype=float), lrs=lrs,
                       samples=samples, loss=out)
 
 
 def _run_one_tau(problem: LeastSquares, fn: Callable[..., Tensor], tau: int, alpha: Tensor, lr: Tensor,
-                 budget: int, seeds: int, checkpoints: int, gen: torch.Generator, nesterov: bool,
+                 budget: int, n_seeds: int, checkpoints: int, gen: torch.Generator, nesterov: bool,
                  exact_grad: bool = False, chunk: int = 512) -> np.ndarray:
     steps, every = budget // tau, budget // tau // checkpoints
-    x = torch.zeros(seeds, alpha.shape[1], *problem.shape, dtype=problem.a.dtype, device=problem.a.device)
+    x = torch.zeros(n_seeds, alpha.shape[1], *problem.shape, dtype=problem.a.dtype, device=problem.a.device)
     m, rec = None, []
     for start in range(0, steps, chunk):
-        idx_chunk = tau_nice_indices(problem.n, tau, (min(chunk, steps - start), seeds), gen, x.device)
+        idx_chunk = tau_nice_indices(problem.n, tau, (min(chunk, steps - start), n_seeds), gen, x.device)
         for j, idx in enumerate(idx_chunk):
             g = problem.grad(x, None if exact_grad else idx)
             if m is None:
@@ -180,7 +187,7 @@ GridKey = tuple[str, str]  # (problem name, LMO name)
 
 
 def run_landscape(problems: Mapping[str, LeastSquares], grids: Sequence[GridKey], taus: Sequence[int],
-                  alphas: Sequence[float], budget: int, seeds: int, checkpoints: int, lr_count: int,
+                  alphas: Sequence[float], budget: int, n_seeds: int, checkpoints: int, lr_count: int,
                   lr_ratio: float, seed: int = 0, lr_offset: float = 0.0) -> dict[GridKey, GridResult]:
     """Run :func:`run_grid` for every (problem, LMO) of ``grids``. Each grid's learning rates are ``lr_count``
     values ×``lr_ratio`` apart around the bound proxy's step ``η* ≈ √(Δ₀ τ α / (2 L N))`` (its small-α form at
@@ -191,7 +198,7 @@ def run_landscape(problems: Mapping[str, LeastSquares], grids: Sequence[GridKey]
     for prob, lmo in grids:
         P = problems[prob]
         lrs = lr_grid(_lr_center(P, lmo, budget) * lr_ratio**lr_offset, taus, alphas, lr_count, lr_ratio)
-        out[prob, lmo] = run_grid(P, lmo, taus, alphas, lrs, budget, seeds, checkpoints, seed=seed)
+        out[prob, lmo] = run_grid(P, lmo, taus, alphas, lrs, budget, n_seeds, checkpoints, seed=seed)
     return out
 
 
@@ -266,7 +273,7 @@ class OffsetStudy:
 
 
 def grid_offset_study(problems: Mapping[str, LeastSquares], key: GridKey, taus: Sequence[int],
-                      grids: Sequence[LRGrid], offsets: Sequence[float], budget: int, seeds: int, checkpoints: int,
+                      grids: Sequence[LRGrid], offsets: Sequence[float], budget: int, n_seeds: int, checkpoints: int,
                       temperature: float, seed: int = 0, exact_grad: bool = False) -> OffsetStudy:
     """:func:`run_landscape` of the one grid ``key`` for every learning-rate grid and offset, summarised by the
     slope of :func:`summarize` (soft-argmin at ``temperature``). Shows how much the slope depends on where the
@@ -277,12 +284,12 @@ def grid_offset_study(problems: Mapping[str, LeastSquares], key: GridKey, taus: 
     ``exact_grad`` runs the noise-free control of :func:`run_grid`."""
     prob, lmo = key
     P, slopes = problems[prob], np.empty((len(grids), len(offsets)))
-    per_seed = np.empty((len(grids), len(offsets), seeds))
+    per_seed = np.empty((len(grids), len(offsets), n_seeds))
     for i, g in enumerate(grids):
         center = _lr_center(P, lmo, budget)
         lrs = np.concatenate([lr_grid(center * g.ratio**off, taus, g.alphas, g.count, g.ratio) for off in offsets],
                              axis=2)                                                   # (τ, α, offsets · count)
-        res = run_grid(P, lmo, taus, g.alphas, lrs, budget, seeds, checkpoints, seed=seed, exact_grad=exact_grad)
+        res = run_grid(P, lmo, taus, g.alphas, lrs, budget, n_seeds, checkpoints, seed=seed, exact_grad=exact_grad)
         for j in range(len(offsets)):
             cut = slice(j * g.count, (j + 1) * g.count)
             part = GridResult(lmo=res.lmo, taus=res.taus, alphas=res.alphas, lrs=res.lrs[:, :, cut],

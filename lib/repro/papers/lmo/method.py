@@ -17,6 +17,12 @@ from torch.optim import Optimizer
 
 from ...common.linalg import newton_schulz5
 
+__all__ = [
+    "ABC", "LMO_NAMES", "LMOMomentum", "dual_norm", "get_lmo", "lmo_l2", "lmo_sign", "lmo_spectral",
+    "momentum_direction", "tau_nice_abc", "tau_nice_indices", "tau_nice_second_moment", "tau_nice_variance_factor",
+    "unit_length",
+]
+
 Tensor = torch.Tensor
 
 # --------------------------------------------------------------------------------------------------------------

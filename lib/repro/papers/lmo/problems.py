@@ -14,6 +14,8 @@ import torch
 from .method import ABC, Tensor, tau_nice_abc
 from .theory import ProxyConstants
 
+__all__ = ["LeastSquares", "linear_regression", "matrix_regression"]
+
 
 @dataclass
 class LeastSquares:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["ALPHA_FINE", "ProxyConstants", "bound_proxy", "optimal_alpha_theory", "proxy_best", "theory_sample_cost"]
+
 
 @dataclass(frozen=True)
 class ProxyConstants:

@@ -11,7 +11,7 @@ Quick start::
     >>> tasks = meta_marl.make_tasks([30.0, 120.0, 240.0], 4)  # 3 winds × 4 decoy landmarks: 12 hidden tasks
     >>> data = meta_marl.collect_dataset(tasks, 24, 25, seed=0)  # offline CN data: 24 episodes of 25 steps per task
     >>> train, held = data.episodes(slice(0, 16)), data.episodes(slice(16, None))
-    >>> _ = torch.manual_seed(0); cfg = meta_marl.D2TRConfig(steps_teacher=200, hidden=32)  # team encoder, InfoNCE
+    >>> _ = torch.manual_seed(0); cfg = meta_marl.D2TRConfig(teacher_steps=200, hidden=32)  # team encoder, InfoNCE
     >>> teacher, _ = meta_marl.train_teacher(train.transitions(), cfg, torch.Generator().manual_seed(0))
     >>> ident = meta_marl.task_id_curve(teacher, train, held, [1, 8], view="global", n_centroid=32, n_query=16)
     >>> print(ident.wind[1] > ident.wind[0], ident.wind[1] > 0.9, ident.joint[1] > 2 / 12)  # held-out episodes
@@ -42,82 +42,8 @@ the conditioned policy), :mod:`.experiment` (probes, task identification, role s
 harness).
 """
 
-from .experiment import (
-    BC,
-    D2TR,
-    LOCAL,
-    NO_ROLES,
-    ORACLE,
-    RAW,
-    TASK_EMBEDDING,
-    Leakage,
-    Representations,
-    Returns,
-    ReturnStudy,
-    RoleStudy,
-    SeedStudy,
-    TaskID,
-    alignment,
-    behaviour_returns,
-    decentralization_gap,
-    embedding_maps,
-    evaluate,
-    leakage_probe,
-    probe_accuracy,
-    probe_correct,
-    raw_role_features,
-    return_study,
-    role_study,
-    scripted_variant,
-    seed_study,
-    study_role_encoders,
-    task_id_curve,
-    train_policies,
-    train_representations,
-)
-from .method import (
-    ROLE_NAMES,
-    AgentTrajectories,
-    ConditionedPolicy,
-    Contexts,
-    D2TRConfig,
-    RoleEncoder,
-    TrajEncoder,
-    distill_loss,
-    hsic,
-    info_nce,
-    kmeans_roles,
-    random_roles,
-    sample_contexts,
-    scripted_role_labeller,
-    train_d2tr_lite,
-    train_role_encoder,
-    train_student,
-    train_teacher,
-    trajectory_features,
-    trajectory_summaries,
-)
-from .problems import (
-    CoopNavEnv,
-    Dataset,
-    Physics,
-    TaskSet,
-    collect_dataset,
-    make_tasks,
-    obs_features,
-    pd_controller,
-    scripted_policy,
-    scripted_step,
-)
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "BC", "D2TR", "LOCAL", "NO_ROLES", "ORACLE", "RAW", "ROLE_NAMES", "TASK_EMBEDDING", "AgentTrajectories",
-    "ConditionedPolicy", "Contexts", "CoopNavEnv", "D2TRConfig", "Dataset", "Leakage", "Physics", "Representations",
-    "ReturnStudy", "Returns", "RoleEncoder", "RoleStudy", "SeedStudy", "TaskID", "TaskSet", "TrajEncoder", "alignment",
-    "behaviour_returns", "collect_dataset", "decentralization_gap", "distill_loss", "embedding_maps", "evaluate",
-    "hsic", "info_nce", "kmeans_roles", "leakage_probe", "make_tasks", "obs_features", "pd_controller",
-    "probe_accuracy", "probe_correct", "random_roles", "raw_role_features", "return_study", "role_study",
-    "sample_contexts", "scripted_policy", "scripted_role_labeller", "scripted_step", "scripted_variant", "seed_study",
-    "study_role_encoders", "task_id_curve", "train_d2tr_lite", "train_policies", "train_representations",
-    "train_role_encoder", "train_student", "train_teacher", "trajectory_features", "trajectory_summaries",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__]

@@ -30,6 +30,14 @@ from .method import (
 )
 from .problems import CoopNavEnv, Dataset, TaskSet, collect_dataset, obs_features, pd_controller, transition_features
 
+__all__ = [
+    "BC", "D2TR", "LOCAL", "NO_ROLES", "ORACLE", "RAW", "TASK_EMBEDDING", "Leakage", "Representations", "Returns",
+    "ReturnStudy", "RoleStudy", "SeedStudy", "TaskID", "alignment", "behaviour_returns", "decentralization_gap",
+    "embedding_maps", "evaluate", "leakage_probe", "probe_accuracy", "probe_correct", "raw_role_features",
+    "return_study", "role_study", "scripted_variant", "seed_study", "study_role_encoders", "task_id_curve",
+    "train_policies", "train_representations",
+]
+
 Tensor = torch.Tensor
 
 
@@ -518,15 +526,15 @@ class ReturnStudy:
 
 
 def return_study(train: Dataset, ood: TaskSet, runs: list[Representations], seeds: list[int], roles: RoleStudy,
-                 cfg: D2TRConfig, *, policy_seeds: int = 1, role_ablation: bool = False, context: int = 8,
+                 cfg: D2TRConfig, *, n_policy_seeds: int = 1, role_ablation: bool = False, context: int = 8,
                  episodes: int = 16, steps: int = 25, n_agents: int = 3, sight: float = 0.5, eval_seed: int = 7,
                  device: torch.device | str = "cpu") -> ReturnStudy:
     """For each training seed (its encoders from ``runs``; the first seed's role encoders from ``roles``, the
     others' trained here on the same labels against their own student, HSIC weight ``cfg.hsic_weight``), train
-    the policies of :func:`train_policies` ``policy_seeds`` times and evaluate them all in that seed's worlds
+    the policies of :func:`train_policies` ``n_policy_seeds`` times and evaluate them all in that seed's worlds
     (:func:`evaluate`, seed ``eval_seed + 1000 · i`` for the ``i``-th training seed)."""
-    if len(runs) != len(seeds) or not seeds or policy_seeds < 1:
-        raise ValueError("return_study needs one representation run per seed and policy_seeds >= 1")
+    if len(runs) != len(seeds) or not seeds or n_policy_seeds < 1:
+        raise ValueError("return_study needs one representation run per seed and n_policy_seeds >= 1")
     kinds = ("scripted", "kmeans", "random") if role_ablation else ("scripted",)
     out, names, first = [], None, {}
     for i, (rep, seed) in enumerate(zip(runs, seeds, strict=True)):
@@ -539,7 +547,7 @@ def return_study(train: Dataset, ood: TaskSet, runs: list[Representations], seed
             enc = {k: train_role_encoder(train.transitions(), roles.labels[k], rep.student, cfg_s, g)[0]
                    for k in kinds}
         per_policy_seed = []
-        for p in range(policy_seeds):
+        for p in range(n_policy_seeds):
             pols = train_policies(train, rep, enc, cfg_s, role_ablation=role_ablation, policy_seed=p)
             rets = [evaluate(pol, ood, context, episodes=episodes, steps=steps, n_agents=n_agents, sight=sight,
                              seed=eval_seed + 1000 * i, device=device).returns for pol in pols.values()]

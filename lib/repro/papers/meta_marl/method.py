@@ -30,6 +30,13 @@ from repro.common.train import fit
 
 from .problems import Dataset, obs_features
 
+__all__ = [
+    "ROLE_NAMES", "AgentTrajectories", "ConditionedPolicy", "Contexts", "D2TRConfig", "RoleEncoder", "TrajEncoder",
+    "distill_loss", "hsic", "info_nce", "kmeans_roles", "random_roles", "sample_contexts", "scripted_role_labeller",
+    "train_d2tr_lite", "train_role_encoder", "train_student", "train_teacher", "trajectory_features",
+    "trajectory_summaries",
+]
+
 Tensor = torch.Tensor
 
 
@@ -273,10 +280,10 @@ class D2TRConfig:
     k_max: int = 8
     groups: int = 2
     lr: float = 3e-3
-    steps_teacher: int = 800
-    steps_student: int = 800
-    steps_role: int = 400
-    steps_policy: int = 600
+    teacher_steps: int = 800
+    student_steps: int = 800
+    role_steps: int = 400
+    policy_steps: int = 600
     role_k: int = 3
     role_steps_per_episode: int = 8
     role_batch: int = 128
@@ -310,7 +317,7 @@ def train_teacher(trans: Tensor, cfg: D2TRConfig, generator: torch.Generator) ->
         za, zb = enc(c.glob, c.glob_mask())  # two independent contexts of every task
         return 0.5 * (info_nce(za, zb, cfg.temperature) + info_nce(zb, za, cfg.temperature))
 
-    return enc, fit(enc, step, cfg.steps_teacher, lr=cfg.lr, schedule="cosine")
+    return enc, fit(enc, step, cfg.teacher_steps, lr=cfg.lr, schedule="cosine")
 
 
 def train_student(trans: Tensor, teacher: TrajEncoder | None, cfg: D2TRConfig,
@@ -341,7 +348,7 @@ def train_student(trans: Tensor, teacher: TrajEncoder | None, cfg: D2TRConfig,
         za, zb = z[0], z[1][torch.randperm(N, generator=generator)]  # the positive may be another agent's
         return 0.5 * (info_nce(za, zb, cfg.temperature) + info_nce(zb, za, cfg.temperature))
 
-    return enc, fit(enc, step, cfg.steps_student, lr=cfg.lr, schedule="cosine")
+    return enc, fit(enc, step, cfg.student_steps, lr=cfg.lr, schedule="cosine")
 
 
 class RoleEncoder(nn.Module):
@@ -402,7 +409,7 @@ def train_role_encoder(trans: Tensor, roles: Tensor, student: TrajEncoder | None
             loss = loss + w * hsic(r[:n], z)
         return loss
 
-    return model, fit(model, step, cfg.steps_role, lr=cfg.lr, schedule="cosine")
+    return model, fit(model, step, cfg.role_steps, lr=cfg.lr, schedule="cosine")
 
 
 class Actor(nn.Module):
@@ -454,7 +461,7 @@ def train_actor(ds: Dataset, cond: Tensor, cfg: D2TRConfig, generator: torch.Gen
         ce = F.cross_entropy(actor(o[idx], c[idx]), a[idx], reduction="none")
         return (w[idx] * ce).sum() / w[idx].sum()
 
-    return actor, fit(actor, step, cfg.steps_policy, lr=cfg.lr, schedule="cosine")
+    return actor, fit(actor, step, cfg.policy_steps, lr=cfg.lr, schedule="cosine")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -33,6 +33,11 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = [
+    "CoopNavEnv", "Dataset", "Physics", "TaskSet", "collect_dataset", "make_tasks", "obs_features", "pd_controller",
+    "scripted_policy", "scripted_step",
+]
+
 Tensor = torch.Tensor
 
 N_ACTIONS = 5  # MPE discrete moves: no-op, +x, −x, +y, −y

@@ -44,52 +44,23 @@ Deliberate deviations from the paper and its code:
 
 from repro.papers import lazy_exports
 
-from .codec import (
-    CorruptStream,
-    Encoded,
-    decode,
-    decode_level,
-    decode_quantized,
-    encode,
-    encode_detailed,
-    encode_level,
-    pmf_to_freq,
-)
-from .lidar import Scene, make_scans, make_scene, ray_cast, spin_lidar
-from .metrics import bd_rate, bits_per_point, d1_mse, d1_psnr
-from .model import (
-    AncestorMLP,
-    CountTable,
-    CoupledCausalModel,
-    PACEModel,
-    TwoGroupModel,
-    WindowData,
-    cross_entropy_bits,
-    pooled_rate,
-    stage_prev,
-    train,
-    window_bits,
-)
-from .octree import Grid, Octree, build_octree, dequantize, level_context, octree_contexts, quantize, rebuild
+from .codec import *
+from .lidar import *
+from .metrics import *
+from .model import *
+from .octree import *
 
 # The harness and what it compares with import their dependencies on first use (repro.papers.lazy_exports).
-__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+_LAZY = {
     "experiment": [
         "Corpus", "LatencySlice", "Models", "RateDistortion", "Recipe", "coder_overhead", "count_lossless_failures",
         "backbone_calls", "decode_times", "largest_stage_rise", "latency_slice", "level_bits", "make_corpus",
         "moving_average", "order_inversions", "rate_distortion", "scan_bits", "scan_window_bits",
         "stage_bpp", "train_models", "train_single_stage", "train_two_group",
     ],
-})
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
-    "AncestorMLP", "Corpus", "CorruptStream", "CountTable", "CoupledCausalModel", "Encoded", "Grid", "LatencySlice",
-    "Models", "Octree", "PACEModel", "RateDistortion", "Recipe", "Scene", "TwoGroupModel", "WindowData",
-    "backbone_calls", "bd_rate", "bits_per_point", "build_octree", "coder_overhead", "count_lossless_failures",
-    "cross_entropy_bits", "d1_mse", "d1_psnr", "decode", "decode_level", "decode_quantized", "decode_times",
-    "dequantize", "encode", "encode_detailed", "encode_level", "largest_stage_rise", "latency_slice", "level_bits",
-    "level_context", "make_corpus", "make_scans", "make_scene", "moving_average", "octree_contexts",
-    "order_inversions", "pmf_to_freq", "pooled_rate", "quantize", "rate_distortion", "ray_cast", "rebuild",
-    "scan_bits", "scan_window_bits", "spin_lidar", "stage_bpp", "stage_prev", "train", "train_models",
-    "train_single_stage", "train_two_group", "window_bits",
+    *codec.__all__, *lidar.__all__, *metrics.__all__, *model.__all__, *octree.__all__, *_LAZY["experiment"],
 ]

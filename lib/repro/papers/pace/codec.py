@@ -52,6 +52,11 @@ from .octree import (
     quantize,
 )
 
+__all__ = [
+    "CorruptStream", "Encoded", "decode", "decode_level", "decode_quantized", "encode", "encode_detailed",
+    "encode_level", "pmf_to_freq",
+]
+
 MAGIC = b"PACE"
 VERSION = 1
 KINDS = {"pace": 1, "coupled": 2, "mlp": 3, "table": 4, "two-group": 5}

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["Scene", "make_scans", "make_scene", "ray_cast", "spin_lidar"]
+
 SENSOR_HEIGHT = 1.73
 _CHUNK = 8192  # rays per vectorised block (bounds the rays × primitives temporaries)
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
+__all__ = ["bd_rate", "bits_per_point", "d1_mse", "d1_psnr"]
+
 KITTI_PEAK = 59.70
 
 

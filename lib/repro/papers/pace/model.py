@@ -53,6 +53,11 @@ from torch import nn
 from ...common.train import cosine_schedule, fit
 from .octree import CTX_COLUMNS, MAX_DEPTH, N_SYMBOLS, PAD_OCTANT, PAD_SYMBOL
 
+__all__ = [
+    "AncestorMLP", "CountTable", "CoupledCausalModel", "PACEModel", "TwoGroupModel", "WindowData", "cross_entropy_bits",
+    "pooled_rate", "stage_prev", "train", "window_bits",
+]
+
 Tensor = torch.Tensor
 AR = "ar"
 

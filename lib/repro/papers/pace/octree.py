@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["Grid", "Octree", "build_octree", "dequantize", "level_context", "octree_contexts", "quantize", "rebuild"]
+
 MAX_DEPTH = 21  # 3 · 21 = 63 bits of Morton code
 PAD_SYMBOL = 255  # "occupancy unknown / ancestor does not exist" in the 256-entry occupancy embedding
 PAD_OCTANT = 8

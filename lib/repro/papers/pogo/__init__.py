@@ -65,73 +65,9 @@ roofline).
 """
 
 from . import flops
-from .baselines import (
-    GEOOPT_METHODS,
-    METHODS,
-    POGO_METHODS,
-    SCALE_METHODS,
-    import_geoopt,
-    import_pogo_torch,
-    make_optimizer,
-    public_base_pair,
-    stepper,
-)
-from .experiment import (
-    DIVERGED,
-    GAP_FLOOR,
-    MATCH_DIGITS_CAP,
-    Contraction,
-    Trajectory,
-    best_lrs,
-    best_summary,
-    claim_numbers,
-    contraction,
-    eval_steps,
-    match_digits,
-    match_public,
-    reached,
-    round_sig,
-    run_method,
-    scaling_summary,
-    speed_to_target,
-    step_clock,
-    summary_table,
-    sweep,
-    time_per_step,
-    time_to_gap,
-)
-from .method import (
-    CPU_BLOCK_BYTES,
-    GRAM_BLOCK_ROWS,
-    POGO,
-    Landing,
-    MuonBase,
-    SGDBase,
-    VectorAdamBase,
-    gram,
-    gram_block_rows,
-    landing_field,
-    normal_correction,
-    orthogonality_error,
-    pogo_update,
-    polar_factor,
-    quartic_coefficients,
-    random_stiefel,
-    relative_gradient,
-    safe_step_size,
-    solve_lambda_quartic,
-)
-from .problems import PCAProblem, ProcrustesProblem
+from .baselines import *
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "POGO", "Landing", "SGDBase", "VectorAdamBase", "MuonBase", "relative_gradient", "normal_correction",
-    "pogo_update", "landing_field", "safe_step_size", "quartic_coefficients", "solve_lambda_quartic",
-    "orthogonality_error", "random_stiefel", "polar_factor", "CPU_BLOCK_BYTES", "GRAM_BLOCK_ROWS", "gram",
-    "gram_block_rows", "flops", "PCAProblem", "ProcrustesProblem",
-    "GEOOPT_METHODS", "METHODS", "POGO_METHODS", "SCALE_METHODS", "import_geoopt", "import_pogo_torch",
-    "make_optimizer", "public_base_pair", "stepper",
-    "DIVERGED", "GAP_FLOOR", "MATCH_DIGITS_CAP", "Contraction", "Trajectory", "best_lrs", "best_summary",
-    "claim_numbers", "contraction", "eval_steps", "match_digits", "match_public", "reached", "round_sig",
-    "run_method", "scaling_summary", "speed_to_target", "step_clock", "summary_table", "sweep", "time_per_step",
-    "time_to_gap",
-]
+__all__ = [*baselines.__all__, *experiment.__all__, *method.__all__, *problems.__all__, "flops"]

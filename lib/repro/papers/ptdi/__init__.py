@@ -37,51 +37,8 @@ Layout: :mod:`.method` (the statistics), :mod:`.problems` (score laws, the digit
 (the notebook's harness).
 """
 
-from .experiment import (
-    ESTIMATORS,
-    METHODS,
-    DigitsStudy,
-    Example,
-    Pi0Curve,
-    Selection,
-    Study,
-    digits_pvalues,
-    digits_study,
-    example,
-    pi1_curve,
-    select_all,
-    synthetic_study,
-)
-from .method import (
-    DEFAULT_LAMS,
-    beta_boundary_pi0,
-    bh_select,
-    conformal_pvalues,
-    estimate_pi0,
-    fir_power,
-    jackknife_correct,
-    jkbb_pi0,
-    min_k_prob,
-    ptdi_select,
-    scaled_bh,
-    storey_pi0,
-    zlib_ratio,
-)
-from .problems import (
-    LAWS,
-    DigitsScores,
-    ScoreLaw,
-    auc,
-    digits_membership,
-    draw_scores,
-    resample_membership,
-    score_law,
-)
+from .experiment import *
+from .method import *
+from .problems import *
 
-__all__ = [
-    "DEFAULT_LAMS", "ESTIMATORS", "LAWS", "METHODS", "DigitsScores", "DigitsStudy", "Example", "Pi0Curve",
-    "ScoreLaw", "Selection", "Study", "auc", "beta_boundary_pi0", "bh_select", "conformal_pvalues",
-    "digits_membership", "digits_pvalues", "digits_study", "draw_scores", "estimate_pi0", "example", "fir_power",
-    "jackknife_correct", "jkbb_pi0", "min_k_prob", "pi1_curve", "ptdi_select", "resample_membership",
-    "scaled_bh", "score_law", "select_all", "storey_pi0", "synthetic_study", "zlib_ratio",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__]

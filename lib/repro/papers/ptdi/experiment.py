@@ -14,6 +14,11 @@ from ...common import stats
 from .method import bh_select, conformal_pvalues, estimate_pi0, fir_power, scaled_bh
 from .problems import DigitsScores, draw_scores, resample_membership
 
+__all__ = [
+    "ESTIMATORS", "METHODS", "DigitsStudy", "Example", "Pi0Curve", "Selection", "Study", "digits_pvalues",
+    "digits_study", "example", "pi1_curve", "select_all", "synthetic_study",
+]
+
 Tensor = torch.Tensor
 
 # name -> π̂₀ rule ("naive" is the per-point test p ≤ α, no multiplicity correction; "oracle" uses the true π₀)

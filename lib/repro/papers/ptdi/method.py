@@ -26,6 +26,11 @@ import numpy as np
 import torch
 from scipy.special import betaincinv
 
+__all__ = [
+    "DEFAULT_LAMS", "beta_boundary_pi0", "bh_select", "conformal_pvalues", "estimate_pi0", "fir_power",
+    "jackknife_correct", "jkbb_pi0", "min_k_prob", "ptdi_select", "scaled_bh", "storey_pi0", "zlib_ratio",
+]
+
 Tensor = torch.Tensor
 DEFAULT_LAMS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 PI0_METHODS = ("jkbb", "bb", "storey", "bh")

@@ -14,6 +14,10 @@ from torch import nn
 
 from ...common.train import fit
 
+__all__ = [
+    "LAWS", "DigitsScores", "ScoreLaw", "auc", "digits_membership", "draw_scores", "resample_membership", "score_law",
+]
+
 Tensor = torch.Tensor
 
 

@@ -44,58 +44,15 @@ Layout: :mod:`.synth` (renderer, scenes, splits, RoI crops), :mod:`.modules` (SD
 """
 
 from . import cluster, detector, evaluate, experiment, memory, modules, network, synth
-from .cluster import (
-    BCRStats,
-    bcr_labels,
-    corrected_distance,
-    dbscan_labels,
-    jaccard_distance,
-    merge_matrix,
-    pseudo_ids,
-    split_matrix,
-)
-from .evaluate import SearchResult, average_precision, oracle_search, person_search_map
-from .experiment import (
-    ARMS,
-    REGIMES,
-    Config,
-    PhaseDiagram,
-    SeedRun,
-    Summary,
-    bcr_mechanics,
-    bcr_phase_diagram,
-    make_config,
-    planted_clusters,
-    prepare,
-    run_seed,
-    run_seeds,
-    summarize,
-    uda,
-)
-from .memory import ClusterMemory
-from .modules import SCR, SDH, SIA, MultiScaleConv, TripletAttention
-from .network import Backbone, Head, ReIDNet, adabn
-from .synth import (
-    SOURCE,
-    TARGET,
-    DomainConfig,
-    Identity,
-    crop_rois,
-    make_identities,
-    make_scene,
-    make_split,
-    render_person,
-    sample_nuisance,
-    scale_sweep_domain,
-)
+from .cluster import *
+from .evaluate import *
+from .experiment import *
+from .memory import *
+from .modules import *
+from .network import *
+from .synth import *
 
 __all__ = [
-    "ARMS", "REGIMES", "SCR", "SDH", "SIA", "SOURCE", "TARGET", "BCRStats", "Backbone", "ClusterMemory", "Config",
-    "DomainConfig", "Head", "Identity", "MultiScaleConv", "PhaseDiagram", "ReIDNet", "SearchResult", "SeedRun",
-    "Summary", "TripletAttention",
-    "adabn", "average_precision", "bcr_labels", "bcr_mechanics", "bcr_phase_diagram", "cluster", "corrected_distance",
-    "crop_rois", "dbscan_labels", "detector", "evaluate", "experiment", "jaccard_distance", "make_config",
-    "make_identities", "make_scene", "make_split", "memory", "merge_matrix", "modules", "network", "oracle_search",
-    "person_search_map", "planted_clusters", "prepare", "pseudo_ids", "render_person", "run_seed", "sample_nuisance",
-    "run_seeds", "scale_sweep_domain", "split_matrix", "summarize", "synth", "uda",
+    *cluster.__all__, *evaluate.__all__, *experiment.__all__, *memory.__all__, *modules.__all__, *network.__all__,
+    *synth.__all__, "cluster", "detector", "evaluate", "experiment", "memory", "modules", "network", "synth",
 ]

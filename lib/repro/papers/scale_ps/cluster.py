@@ -28,6 +28,11 @@ import torch
 import torch.nn.functional as F
 from sklearn.cluster import DBSCAN, SpectralClustering
 
+__all__ = [
+    "BCRStats", "bcr_labels", "corrected_distance", "dbscan_labels", "jaccard_distance", "merge_matrix", "pseudo_ids",
+    "split_matrix",
+]
+
 
 def _check_feats(feats: torch.Tensor) -> torch.Tensor:
     if feats.ndim != 2 or feats.shape[0] < 2:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+__all__ = ["SearchResult", "average_precision", "oracle_search", "person_search_map"]
+
 
 @dataclass
 class SearchResult:

@@ -41,6 +41,11 @@ from .evaluate import SearchResult, oracle_search
 from .memory import ClusterMemory
 from .network import Backbone, CosineClassifier, Head, adabn, embed
 
+__all__ = [
+    "ARMS", "REGIMES", "Config", "PhaseDiagram", "SeedRun", "Summary", "bcr_mechanics", "bcr_phase_diagram",
+    "make_config", "planted_clusters", "prepare", "run_seed", "run_seeds", "summarize", "uda",
+]
+
 
 @dataclass
 class Config:

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+__all__ = ["ClusterMemory"]
+
 
 class ClusterMemory(nn.Module):
     """Proxies ``(K, D)``; ``forward(x, targets)`` returns the contrastive loss and then updates the proxies."""

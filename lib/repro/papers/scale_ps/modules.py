@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+__all__ = ["SCR", "SDH", "SIA", "MultiScaleConv", "TripletAttention"]
+
 
 class SCR(nn.Module):
     """SimAM energy attention: ``x · sigmoid((x - μ)² / (4 (Σ(x - μ)²/(HW - 1) + λ)) + 1/2)`` per channel."""

@@ -14,6 +14,8 @@ from torch import nn
 
 from .modules import SDH
 
+__all__ = ["Backbone", "Head", "ReIDNet", "adabn"]
+
 
 def _conv(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))

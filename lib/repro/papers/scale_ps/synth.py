@@ -28,6 +28,11 @@ import torch
 import torch.nn.functional as F
 from scipy.ndimage import gaussian_filter
 
+__all__ = [
+    "SOURCE", "TARGET", "DomainConfig", "Identity", "crop_rois", "make_identities", "make_scene", "make_split",
+    "render_person", "sample_nuisance", "scale_sweep_domain",
+]
+
 CANVAS_H, CANVAS_W = 128, 64  # canonical body coordinates (rows, columns)
 RASTER = 0.75  # the canvas is rasterised at 96×48 pixels (shapes stay defined in the 128×64 coordinates)
 FEET_Y, HEAD_TOP = 124.0, 6.0

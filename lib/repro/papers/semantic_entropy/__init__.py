@@ -45,74 +45,9 @@ Layout: :mod:`.method` (schedules, exact posteriors, entropies, MMSE gap, rate a
 mixtures and the digits), :mod:`.experiment` (the notebook's harness).
 """
 
-from .experiment import (
-    CoarseFine,
-    DigitGroups,
-    DigitsGMM,
-    DigitsGuidance,
-    DigitsModel,
-    DigitsReference,
-    GapCheck,
-    GuidanceSweep,
-    Speciation,
-    VEWindows,
-    coarse_vs_fine,
-    digit_groups,
-    digits_gmm,
-    digits_guidance,
-    digits_model,
-    digits_reference,
-    entropy_per_point,
-    guidance_sweep,
-    mmse_gap_check,
-    peak_delta,
-    peak_times,
-    smallest_decision_step,
-    speciation_vp,
-    ve_windows,
-)
-from .method import (
-    VE,
-    VP,
-    GaussianMixture,
-    Schedule,
-    conditional_entropy_mc,
-    crossing_time,
-    crossing_times,
-    empirical_log_posterior,
-    entropy,
-    entropy_rate,
-    entropy_two_class,
-    fwhm,
-    guided_flow,
-    guided_trajectories,
-    mmse_gap_entropy,
-    peak_time,
-    two_class_snr_statistic,
-)
-from .models import (
-    ConditionalDenoiser,
-    FourierTime,
-    NoisyClassifier,
-    classifier_cross_entropy,
-    train_classifier,
-    train_denoiser,
-)
-from .problems import (
-    Digits,
-    hierarchical_mixture,
-    load_digits,
-    two_class_mixture,
-)
+from .experiment import *
+from .method import *
+from .models import *
+from .problems import *
 
-__all__ = [
-    "CoarseFine", "ConditionalDenoiser", "DigitGroups", "Digits", "DigitsGMM", "DigitsGuidance", "DigitsModel",
-    "DigitsReference", "FourierTime", "GapCheck", "GaussianMixture", "GuidanceSweep", "NoisyClassifier", "Schedule",
-    "Speciation", "VE", "VEWindows", "VP", "classifier_cross_entropy", "coarse_vs_fine", "conditional_entropy_mc",
-    "crossing_time", "crossing_times", "digit_groups", "digits_gmm", "digits_guidance", "digits_model",
-    "digits_reference", "empirical_log_posterior", "entropy", "entropy_per_point", "entropy_rate",
-    "entropy_two_class", "fwhm", "guidance_sweep", "guided_flow", "guided_trajectories", "hierarchical_mixture",
-    "load_digits", "mmse_gap_check", "mmse_gap_entropy", "peak_delta", "peak_time", "peak_times",
-    "smallest_decision_step", "speciation_vp", "train_classifier", "train_denoiser", "two_class_mixture",
-    "two_class_snr_statistic", "ve_windows"
-]
+__all__ = [*experiment.__all__, *method.__all__, *models.__all__, *problems.__all__]

@@ -39,6 +39,13 @@ from .method import (
 from .models import ConditionalDenoiser, NoisyClassifier, classifier_cross_entropy, train_classifier, train_denoiser
 from .problems import Digits, two_class_mixture
 
+__all__ = [
+    "CoarseFine", "DigitGroups", "DigitsGMM", "DigitsGuidance", "DigitsModel", "DigitsReference", "GapCheck",
+    "GuidanceSweep", "Speciation", "VEWindows", "coarse_vs_fine", "digit_groups", "digits_gmm", "digits_guidance",
+    "digits_model", "digits_reference", "entropy_per_point", "guidance_sweep", "mmse_gap_check", "peak_delta",
+    "peak_times", "smallest_decision_step", "speciation_vp", "ve_windows",
+]
+
 # --------------------------------------------------------------------------------------------------------------
 # Speciation: the entropy rate of two classes ±m, ‖m‖² = d, under VP and VE
 # --------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+__all__ = [
+    "VE", "VP", "GaussianMixture", "Schedule", "conditional_entropy_mc", "crossing_time", "crossing_times",
+    "empirical_log_posterior", "entropy", "entropy_rate", "entropy_two_class", "fwhm", "guided_flow",
+    "guided_trajectories", "mmse_gap_entropy", "peak_time", "two_class_snr_statistic",
+]
+
 Tensor = torch.Tensor
 
 

@@ -13,6 +13,11 @@ from torch import nn
 from ...common.train import fit
 from .method import VP, Schedule, Tensor
 
+__all__ = [
+    "ConditionalDenoiser", "FourierTime", "NoisyClassifier", "classifier_cross_entropy", "train_classifier",
+    "train_denoiser",
+]
+
 
 class FourierTime(nn.Module):
     """Random Fourier features of ``log γ`` (the noise level), a common time embedding."""

@@ -12,6 +12,8 @@ import torch
 
 from .method import GaussianMixture, Tensor
 
+__all__ = ["Digits", "hierarchical_mixture", "load_digits", "two_class_mixture"]
+
 
 def two_class_mixture(d: int, *, device: torch.device | str = "cpu",
                       dtype: torch.dtype = torch.float64) -> GaussianMixture:

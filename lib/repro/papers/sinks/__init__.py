@@ -34,54 +34,9 @@ Layout: :mod:`.method` (metrics, hooks), :mod:`.tinylm` (the variant model), :mo
 :mod:`.experiment` (the notebook's harness).
 """
 
-from .experiment import (
-    CONDITIONS,
-    Measurement,
-    SinkStudy,
-    Suppression,
-    VariantResult,
-    encode,
-    group_means,
-    massive_channels,
-    measure,
-    measure_variant,
-    next_token_nll,
-    ordinary_channels,
-    ranked_channels,
-    recovered_share,
-    sink_study,
-    suppression_sweep,
-    train_variant,
-    variant_study,
-)
-from .method import (
-    clamp_channels,
-    clip_massive,
-    decoder_layers,
-    kv_head_of,
-    massive_ratio,
-    record_values,
-    sink_fraction,
-    sink_scores,
-    sink_share,
-    sink_value_ratio,
-    small_value_share,
-    token_similarity,
-    top_activations,
-    uniform_attention,
-    value_norms,
-    zero_sink_value,
-)
-from .problems import DOC_MODULES, TEXTS, BigramBackcopy, bigram_backcopy, stdlib_docstrings
-from .tinylm import TinyLM, TinyLMConfig, TinyLMOutput
+from .experiment import *
+from .method import *
+from .problems import *
+from .tinylm import *
 
-__all__ = [
-    "CONDITIONS", "DOC_MODULES", "BigramBackcopy", "Measurement", "SinkStudy", "Suppression", "TEXTS", "TinyLM",
-    "TinyLMConfig", "TinyLMOutput", "VariantResult", "bigram_backcopy", "clamp_channels", "clip_massive",
-    "decoder_layers", "encode", "group_means", "kv_head_of", "massive_channels", "massive_ratio", "measure",
-    "measure_variant",
-    "next_token_nll", "ordinary_channels", "ranked_channels", "record_values", "recovered_share", "sink_fraction",
-    "sink_scores", "sink_share", "sink_study", "sink_value_ratio", "small_value_share", "stdlib_docstrings",
-    "suppression_sweep", "token_similarity", "top_activations", "train_variant", "uniform_attention", "value_norms",
-    "variant_study", "zero_sink_value",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__, *tinylm.__all__]

@@ -39,6 +39,12 @@ from .method import (
 from .problems import bigram_backcopy
 from .tinylm import TinyLM, TinyLMConfig
 
+__all__ = [
+    "CONDITIONS", "Measurement", "SinkStudy", "Suppression", "VariantResult", "encode", "group_means",
+    "massive_channels", "measure", "measure_variant", "next_token_nll", "ordinary_channels", "ranked_channels",
+    "recovered_share", "sink_study", "suppression_sweep", "train_variant", "variant_study",
+]
+
 Tensor = torch.Tensor
 CONDITIONS = ("base", "zero sink value", "clamp massive", "clamp + zero value")
 

@@ -36,6 +36,12 @@ from torch import nn
 
 from ...common.hooks import capture, hooked
 
+__all__ = [
+    "clamp_channels", "clip_massive", "decoder_layers", "kv_head_of", "massive_ratio", "record_values", "sink_fraction",
+    "sink_scores", "sink_share", "sink_value_ratio", "small_value_share", "token_similarity", "top_activations",
+    "uniform_attention", "value_norms", "zero_sink_value",
+]
+
 Tensor = torch.Tensor
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+__all__ = ["DOC_MODULES", "TEXTS", "BigramBackcopy", "bigram_backcopy", "stdlib_docstrings"]
+
 Tensor = torch.Tensor
 
 TEXTS: tuple[str, ...] = (

@@ -29,6 +29,8 @@ from torch import nn
 
 from ...common.nn import apply_rotary, rotary_tables
 
+__all__ = ["TinyLM", "TinyLMConfig", "TinyLMOutput"]
+
 Tensor = torch.Tensor
 NORMS = ("pre", "post")
 

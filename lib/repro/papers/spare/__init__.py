@@ -41,26 +41,11 @@ Deliberate deviations:
 
 from repro.papers import lazy_exports
 
-from .method import (
-    ActivationEditor,
-    Edit,
-    Generation,
-    SparseAutoencoder,
-    block_outputs,
-    filter_top_k_top_p,
-    generate_with_edits,
-    global_concept,
-    local_concept,
-    ranked_concept,
-    train_sae,
-)
+from .method import *
 
 # The molecules (rdkit, selfies) and the notebook's harness load on first use (repro.papers.lazy_exports): the
 # method itself, the SAE and the editor, needs only torch.
-__getattr__, __dir__ = lazy_exports(__name__, globals(), {"experiment": [], "molecules": []})
+_LAZY: dict[str, list[str]] = {"experiment": [], "molecules": []}  # the submodules themselves
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
-__all__ = [
-    "ActivationEditor", "Edit", "Generation", "SparseAutoencoder", "block_outputs", "experiment",
-    "filter_top_k_top_p", "generate_with_edits", "global_concept", "local_concept", "molecules", "ranked_concept",
-    "train_sae",
-]
+__all__ = [*method.__all__, *_LAZY]

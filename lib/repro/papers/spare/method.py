@@ -35,6 +35,11 @@ from torch import nn
 from ...common.hooks import capture
 from ...common.train import fit
 
+__all__ = [
+    "ActivationEditor", "Edit", "Generation", "SparseAutoencoder", "block_outputs", "filter_top_k_top_p",
+    "generate_with_edits", "global_concept", "local_concept", "ranked_concept", "train_sae",
+]
+
 Tensor = torch.Tensor
 NORMALIZATIONS = ("l2", "max", "none")
 Positions = Literal["last", "all"] | tuple[int, ...]

@@ -45,14 +45,14 @@ from repro.papers import lazy_exports, require
 
 require(__name__, ["networkx"])  # the graphs of the method itself (engine, observers, mean field)
 
-from .control import CEMResult, cem_optimize, fit_return_quantiles, quantile_huber_loss, truncate_target_atoms
-from .engine import CSRGraph, MarkovSIR, RenewalSIR, StepResult, csr_graph
-from .hazards import Exponential, Gamma, Law, LogNormal, Weibull, period_survival
-from .mean_field import MeanFieldSIR, mean_field_ode
-from .observation import degree_tiers, global_observation, stratified_observation, tier_sizes
+from .control import *
+from .engine import *
+from .hazards import *
+from .mean_field import *
+from .observation import *
 
 # The harness and what it compares with import their dependencies on first use (repro.papers.lazy_exports).
-__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+_LAZY = {
     "env": [
         "OBSERVERS", "SIMULATORS", "ControlTask", "SpreadingControlEnv", "crn_draws", "hubs_only", "make_simulator",
         "policy_returns", "random_allocation", "rollout",
@@ -64,17 +64,10 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), {
         "import_eon", "major_mean", "make_graph", "mean_field_curve", "outbreak_stats", "r2_of_sums", "real_graph",
         "record_outbreaks", "seed_policies", "train_cem", "train_sb3",
     ],
-})
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
-    "AGREEMENT", "agreement", "evaluate_seeds", "extinct_share", "FIXED_POLICIES", "HubBlindness", "major_mean",
-    "r2_of_sums", "random_allocation", "real_graph", "REAL_GRAPHS", "seed_policies", "SeedEvaluation",
-    "beta_scan", "cem_optimize", "CEMResult", "ControlTask", "crn_draws", "csr_graph", "CSRGraph", "degree_tiers",
-    "early_outcome_auc", "engine_final_sizes", "eon_final_sizes", "EON_METHODS", "evaluate", "Evaluation",
-    "Exponential", "fit_return_quantiles", "Gamma", "global_observation", "GRAPH_FAMILIES", "hub_blindness",
-    "hubs_only", "import_eon", "Law", "LogNormal", "make_graph", "make_simulator", "MarkovSIR", "mean_field_curve",
-    "mean_field_ode", "MeanFieldSIR", "OBSERVERS", "outbreak_stats", "Outbreaks", "OutbreakStats",
-    "period_survival", "policy_returns", "quantile_huber_loss", "record_outbreaks", "RenewalSIR", "rollout",
-    "SIMULATORS", "SpreadingControlEnv", "StepResult", "stratified_observation", "tier_sizes", "train_cem",
-    "train_sb3", "truncate_target_atoms", "Weibull",
+    *control.__all__, *engine.__all__, *hazards.__all__, *mean_field.__all__, *observation.__all__,
+    *_LAZY["env"], *_LAZY["experiment"],
 ]

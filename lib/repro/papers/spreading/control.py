@@ -28,6 +28,8 @@ from torch import Tensor, nn
 
 from ...common.train import fit
 
+__all__ = ["CEMResult", "cem_optimize", "fit_return_quantiles", "quantile_huber_loss", "truncate_target_atoms"]
+
 
 def quantile_huber_loss(current: Tensor, target: Tensor, *, kappa: float = 1.0, taus: Tensor | None = None,
                         sum_over_quantiles: bool = True) -> Tensor:

@@ -53,6 +53,8 @@ from torch import Tensor
 
 from .hazards import RULES, Exponential, Law, period_survival
 
+__all__ = ["CSRGraph", "MarkovSIR", "RenewalSIR", "StepResult", "csr_graph"]
+
 SUS, INF, REC, VAC = 0, 1, 2, 3  # node states
 N_STATES = 4
 

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+__all__ = ["Exponential", "Gamma", "Law", "LogNormal", "Weibull", "period_survival"]
+
 RULES = ("exact", "hazard")
 _F64 = torch.float64
 

@@ -24,6 +24,8 @@ from torch import Tensor
 
 from .engine import N_STATES, StepResult
 
+__all__ = ["MeanFieldSIR", "mean_field_ode"]
+
 
 class MeanFieldSIR:
     """Batched degree-based mean-field SIR on the degree sequence (and tiers) of a graph; ``reset``/``step`` like

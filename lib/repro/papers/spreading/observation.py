@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+__all__ = ["degree_tiers", "global_observation", "stratified_observation", "tier_sizes"]
+
 
 def degree_tiers(graph: nx.Graph | np.ndarray, K: int, *, device: torch.device | str = "cpu") -> Tensor:
     """Tier of each node (``[N]``, 0 … K−1) by degree rank: nodes sorted by (degree, node order) and split into ``K``

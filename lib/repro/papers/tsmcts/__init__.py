@@ -44,65 +44,9 @@ Layout: :mod:`.method` (operators and Gumbel MuZero pieces, batched torch on any
 (the notebook's harness).
 """
 
-from .experiment import (
-    FIELDS,
-    OPERATORS,
-    DepthStudy,
-    OperatorRun,
-    Problem,
-    depth_gain,
-    depth_study,
-    distinct_call_counts,
-    improved_fraction,
-    improvement_z,
-    make_problem,
-    mctx_run,
-    mean_regret,
-    per_root,
-    per_set,
-    pooled,
-    prior_greedy_regret,
-    ratio_of_means,
-    regret_se,
-    run_operator,
-    sh_bracket,
-    value_spread,
-    z_score,
-)
-from .method import (
-    C_SCALE,
-    C_VISIT,
-    Diagnostics,
-    SearchResult,
-    completed_q,
-    ess,
-    gumbel_top_k,
-    score_considered,
-    sequential_halving_schedule,
-    sigma_transform,
-    smc_search,
-    smcts_search,
-    systematic_resample,
-    tsmcts_search,
-)
-from .problems import (
-    Maze,
-    MazeSuite,
-    Network,
-    TabularModel,
-    make_maze,
-    make_maze_suite,
-    make_network,
-    value_iteration,
-)
-from .reference import gumbel_mcts_reference, import_mctx
+from .experiment import *
+from .method import *
+from .problems import *
+from .reference import *
 
-__all__ = [
-    "C_SCALE", "C_VISIT", "FIELDS", "OPERATORS", "DepthStudy", "Diagnostics", "Maze", "MazeSuite", "Network",
-    "OperatorRun", "Problem", "SearchResult", "TabularModel", "completed_q", "depth_gain", "depth_study",
-    "distinct_call_counts", "ess", "gumbel_mcts_reference", "gumbel_top_k", "import_mctx", "improved_fraction",
-    "improvement_z", "make_maze", "make_maze_suite", "make_network", "make_problem", "mctx_run", "mean_regret",
-    "per_root", "per_set", "pooled", "prior_greedy_regret", "ratio_of_means", "regret_se", "run_operator",
-    "score_considered", "sequential_halving_schedule", "sh_bracket", "sigma_transform", "smc_search", "smcts_search",
-    "systematic_resample", "tsmcts_search", "value_iteration", "value_spread", "z_score",
-]
+__all__ = [*experiment.__all__, *method.__all__, *problems.__all__, *reference.__all__]

@@ -131,8 +131,8 @@ def _generator(device: torch.device | str, *key: object) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(zlib.crc32(repr(key).encode()))
 
 
-def _score(problem: Problem, res: SearchResult, seeds: int) -> dict[str, np.ndarray]:
-    roots = problem.roots.repeat(seeds)
+def _score(problem: Problem, res: SearchResult, n_seeds: int) -> dict[str, np.ndarray]:
+    roots = problem.roots.repeat(n_seeds)
     Q = problem.Q[roots]
     V = Q.max(-1).values
     prior = torch.softmax(problem.net.logits[roots].double(), -1)
@@ -140,18 +140,18 @@ def _score(problem: Problem, res: SearchResult, seeds: int) -> dict[str, np.ndar
     improvement = (res.policy.double() * Q).sum(-1) - (prior * Q).sum(-1)
 
     def grid(x: torch.Tensor) -> np.ndarray:
-        return x.double().reshape(seeds, -1).T.cpu().numpy()
+        return x.double().reshape(n_seeds, -1).T.cpu().numpy()
 
     return {"regret": grid(regret), "value": grid(res.value), "improvement": grid(improvement)}
 
 
-def run_operator(problem: Problem, op: str, depth: int, tau: float, seeds: int, n_particles: int = 32, m: int = 4,
+def run_operator(problem: Problem, op: str, depth: int, tau: float, n_seeds: int, n_particles: int = 32, m: int = 4,
                  seed: int = 0, ess_threshold: float = 0.5) -> OperatorRun:
-    """Operator ``op`` (a key of :data:`OPERATORS`) at ``depth`` with ``n_particles``, ``seeds`` independent
+    """Operator ``op`` (a key of :data:`OPERATORS`) at ``depth`` with ``n_particles``, ``n_seeds`` independent
     searches from every root, in one batched call (its generator seeded from the arguments)."""
     if op not in OPERATORS:
         raise ValueError(f"unknown operator {op!r}; choose from {sorted(OPERATORS)}")
-    roots = problem.roots.repeat(seeds)
+    roots = problem.roots.repeat(n_seeds)
     gen = _generator(roots.device, seed, problem.seed, op, depth, tau, n_particles, problem.sigma_v)
     kw = {"m": m} if op not in _NO_M else {}
     with Timer(roots.device, sync_start=False) as timer:
@@ -159,10 +159,10 @@ def run_operator(problem: Problem, op: str, depth: int, tau: float, seeds: int, 
                             ess_threshold=ess_threshold, **kw)
     seconds = timer.seconds
     d = res.diagnostics
-    out = _score(problem, res, seeds)
+    out = _score(problem, res, n_seeds)
 
     def grid(x: torch.Tensor) -> np.ndarray:
-        return x.double().reshape(seeds, -1).T.cpu().numpy()
+        return x.double().reshape(n_seeds, -1).T.cpu().numpy()
 
     return OperatorRun(op, depth, tau, out["regret"], out["value"], out["improvement"], grid(d.unique_ancestors),
                        grid(d.resamples), None if d.covered_round0 is None else grid(d.covered_round0),
@@ -182,11 +182,11 @@ class DepthStudy:
         return np.array([stat(self.runs[(op, k)]) for k in self.depths])
 
 
-def depth_study(problem: Problem, ops: Sequence[str], depths: Sequence[int], tau: float, seeds: int,
+def depth_study(problem: Problem, ops: Sequence[str], depths: Sequence[int], tau: float, n_seeds: int,
                 n_particles: int = 32, m: int = 4, seed: int = 0) -> DepthStudy:
     """Every operator at every depth; raises AssertionError if two operators used different model-call counts
     at the same depth (the comparison is at matched model calls, ``N · K`` per search)."""
-    runs = {(op, k): run_operator(problem, op, k, tau, seeds, n_particles, m, seed) for k in depths for op in ops}
+    runs = {(op, k): run_operator(problem, op, k, tau, n_seeds, n_particles, m, seed) for k in depths for op in ops}
     for k in depths:
         calls = {op: runs[(op, k)].model_calls for op in ops}
         assert len(set(calls.values())) == 1 and calls[ops[0]] == n_particles * k, \
@@ -194,21 +194,21 @@ def depth_study(problem: Problem, ops: Sequence[str], depths: Sequence[int], tau
     return DepthStudy(tau, list(depths), list(ops), runs)
 
 
-def mctx_run(problem: Problem, num_simulations: int, seeds: int, m: int = 4, seed: int = 0) -> OperatorRun:
-    """Gumbel MuZero (mctx) from every root, scored like :func:`run_operator`. Two batched calls of ``seeds``
+def mctx_run(problem: Problem, num_simulations: int, n_seeds: int, m: int = 4, seed: int = 0) -> OperatorRun:
+    """Gumbel MuZero (mctx) from every root, scored like :func:`run_operator`. Two batched calls of ``n_seeds``
     searches per root: the first compiles (``compile_seconds``: compile and run), the second is timed
-    (``seconds``); both count, so the arrays hold ``2 · seeds`` searches per root."""
+    (``seconds``); both count, so the arrays hold ``2 · n_seeds`` searches per root."""
     from .reference import gumbel_mcts_reference
 
-    roots = problem.roots.repeat(seeds)
+    roots = problem.roots.repeat(n_seeds)
     out, times = [], []
     for key in (seed + 1, seed):
         t0 = time.perf_counter()
         res = gumbel_mcts_reference(problem.suite.model, problem.net, roots, num_simulations, m, key)
         times.append(time.perf_counter() - t0)
-        out.append((_score(problem, res, seeds), res.diagnostics))
+        out.append((_score(problem, res, n_seeds), res.diagnostics))
     cat = {k: np.concatenate([o[0][k] for o in out], 1) for k in ("regret", "value", "improvement")}
-    anc = np.concatenate([d.unique_ancestors.double().reshape(seeds, -1).T.cpu().numpy() for _, d in out], 1)
+    anc = np.concatenate([d.unique_ancestors.double().reshape(n_seeds, -1).T.cpu().numpy() for _, d in out], 1)
     return OperatorRun("Gumbel MCTS (mctx)", num_simulations, math.nan, cat["regret"], cat["value"],
                        cat["improvement"], anc, np.zeros_like(anc), None, np.full((1, 1), np.nan),
                        out[0][1].model_calls, times[1], times[0])
