@@ -15,6 +15,7 @@ import torch
 from scipy.stats import rankdata, spearmanr
 
 from repro.common.hooks import capture
+from repro.common.mapping import Mapper, serial_map
 from repro.common.nn import Transformer, TransformerConfig
 from repro.common.numerics import loglog_slope
 from repro.common.train import cosine_schedule, fit
@@ -43,7 +44,6 @@ __all__ = [
 ]
 
 Tensor = torch.Tensor
-Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]  # e.g. repro.runtime.Run.map
 EDITORS = ("rome", "memit", "alphaedit", "retrieval")
 
 
@@ -628,17 +628,13 @@ def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, c
         return single_edit_hits(model, suite, embed_fn, layer, r, C=cov[0], K0=keys[0], **stats)
 
     seeds = rng.integers(2**63, size=len(EDITOR_JOBS))
-    done = dict(zip(EDITOR_JOBS, (mapper or _loop)(job, list(zip(EDITOR_JOBS, seeds.tolist(), strict=True))),
+    done = dict(zip(EDITOR_JOBS, (mapper or serial_map)(job, list(zip(EDITOR_JOBS, seeds.tolist(), strict=True))),
                     strict=True))
     single = done.pop("single")
     for name, hits in single.items():
         done[name].single, done[name].single_hits = float(hits.mean()), hits
     return done
 
-
-def _loop(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    """The plain loop: ``mapper``'s default."""
-    return [fn(x) for x in items]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...common.hooks import hooked
+from ...common.mapping import Mapper, serial_map
 from ...common.settings import dataclass_from
 from . import codec, metrics
 from .lidar import make_scans
@@ -136,7 +137,6 @@ def _two_group_init(recipe: Recipe, seed: int, device: torch.device | str) -> Tw
     return TwoGroupModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
 
 
-Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]  # e.g. repro.runtime.Run.map
 
 
 def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu", *,
@@ -172,7 +172,7 @@ def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}, loss
 
     losses = {}
-    for name, (state, loss) in zip(jobs, (mapper or _loop)(job, list(jobs)), strict=True):
+    for name, (state, loss) in zip(jobs, (mapper or serial_map)(job, list(jobs)), strict=True):
         jobs[name][0].load_state_dict(state)
         losses[name] = loss
     table = CountTable().fit(corpus.train_levels)
@@ -184,10 +184,6 @@ def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device
                   float(table_bits), n_params, single, losses.get("single", []),
                   None if two is None else two.eval(), losses.get("two_group", []))
 
-
-def _loop(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    """The plain loop: ``mapper``'s default."""
-    return [fn(x) for x in items]
 
 
 def moving_average(x: Sequence[float], n: int = 20) -> tuple[np.ndarray, np.ndarray]:

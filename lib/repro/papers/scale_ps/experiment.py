@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from torch import nn
 
 from repro.common import stats as book_stats
+from repro.common.mapping import Mapper, serial_map
 from repro.common.train import cosine_schedule, fit
 
 from . import synth
@@ -407,15 +407,11 @@ def run_seed(prep: Prepared, cfg: Config, arms: tuple[str, ...] = ARMS, detector
     return run
 
 
-Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
-
-def _loop(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    return [fn(x) for x in items]
 
 
 def run_seeds(cfg: Config, seeds: Sequence[int], device: torch.device | str = "cpu", arms: tuple[str, ...] = ARMS,
-              detector_steps: int = 0, mapper: Mapper = _loop) -> list[SeedRun]:
+              detector_steps: int = 0, mapper: Mapper = serial_map) -> list[SeedRun]:
     """Every seed end to end: :func:`prepare` per seed, then each (seed, arm) on its own, then the detector (full
     mode). ``mapper(fn, items)`` must return ``[fn(x) for x in items]``; the notebook passes
     ``repro.runtime.Run.map``, which shares the items among the cores (one arm is a task, so the load balances).
