@@ -55,7 +55,7 @@ def train_models(n_train: int, steps: int, seed: int, device: torch.device) -> d
     levels = [lv for p in scans for lv in O.octree_contexts(O.build_octree(O.quantize(p, grid), TRAIN_DEPTH))]
     data = M.WindowData.from_levels(levels, 256).to(device)
     torch.manual_seed(seed)
-    pace = M.PACEModel(d=64, layers=2, heads=4, window=256).to(device)
+    pace = M.PACEModel(d=64, n_layers=2, n_heads=4, window=256).to(device)
     mlp = M.AncestorMLP(d=64, hidden=128, window=256).to(device)
     M.train(pace, data, steps=steps, batch=8, lr=4e-3, ks=(1, 2, 4, 8, 256), seed=seed)
     M.train(mlp, data, steps=steps, batch=8, lr=4e-3, seed=seed)

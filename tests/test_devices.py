@@ -253,7 +253,7 @@ def pace(d: torch.device) -> Any:
     tree = O.build_octree(O.quantize(pts, O.Grid.centred(32.0, 5)), 5)
     data = M.WindowData.from_levels(O.octree_contexts(tree), 8)
     torch.manual_seed(0)
-    model = M.PACEModel(d=16, layers=1, heads=2, window=8).to(d)
+    model = M.PACEModel(d=16, n_layers=1, n_heads=2, window=8).to(d)
     t, x, y, v = (a[:2].to(d) for a in (data.tokens, data.xyz, data.sym, data.valid))
     out = [model(t, x, v, y, 2), M.phases(8, 2, d), M.stage_prev(y, 2, 1)]
     out.append(part(M.train, model, moved(data, d), steps=2, batch=2, ks=(1, 2)))

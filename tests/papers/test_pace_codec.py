@@ -34,9 +34,9 @@ def cloud() -> np.ndarray:
 def models(cloud) -> dict[str, object]:
     torch.manual_seed(0)
     tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)), DEPTH)
-    return {"pace": M.PACEModel(d=16, layers=1, heads=2, window=W).eval(),
-            "coupled": M.CoupledCausalModel(d=16, layers=1, heads=2, window=W).eval(),
-            "two-group": M.TwoGroupModel(d=16, layers=1, heads=2, window=W).eval(),
+    return {"pace": M.PACEModel(d=16, n_layers=1, n_heads=2, window=W).eval(),
+            "coupled": M.CoupledCausalModel(d=16, n_layers=1, n_heads=2, window=W).eval(),
+            "two-group": M.TwoGroupModel(d=16, n_layers=1, n_heads=2, window=W).eval(),
             "mlp": M.AncestorMLP(d=16, hidden=32).eval(),
             "table": M.CountTable().fit(O.octree_contexts(tree))}
 
@@ -119,14 +119,14 @@ def test_wrong_model_is_refused(cloud, models):
     with pytest.raises(C.CorruptStream, match="pace model"):
         C.decode(data, models["mlp"])
     torch.manual_seed(1)
-    other = M.PACEModel(d=16, layers=1, heads=2, window=W).eval()
+    other = M.PACEModel(d=16, n_layers=1, n_heads=2, window=W).eval()
     with pytest.raises(C.CorruptStream, match="fingerprint"):
         C.decode(data, other)
 
 
 @pytest.mark.parametrize("kind, change", [
-    ("pace", dict(heads=4)), ("pace", dict(window=2 * W)),
-    ("coupled", dict(heads=4)), ("coupled", dict(window=W // 2)), ("pace", "double"), ("mlp", "double")])
+    ("pace", dict(n_heads=4)), ("pace", dict(window=2 * W)),
+    ("coupled", dict(n_heads=4)), ("coupled", dict(window=W // 2)), ("pace", "double"), ("mlp", "double")])
 def test_same_weights_other_configuration_is_refused_by_the_header(cloud, models, kind, change):
     """The fingerprint covers the configuration and dtype, not the weights alone: the same state dict in a model with
     another head count, window or dtype would compute other pmfs, so its stream must be refused up front."""
@@ -288,7 +288,7 @@ def test_streams_are_byte_equal_to_the_reference_coder(cloud, mode):
     backbone chunks per level, each step's pmfs equal the reference's bit for bit, the ANS words equal the
     reference's, and the decoder reads the reference's words back exactly."""
     torch.manual_seed(0)
-    model = M.PACEModel(d=16, layers=2, heads=2, window=8).eval()
+    model = M.PACEModel(d=16, n_layers=2, n_heads=2, window=8).eval()
     tree = O.build_octree(O.quantize(cloud, O.Grid.centred(C.DEFAULT_HALF_SIZE, DEPTH)), DEPTH)
     assert len(tree.codes[DEPTH - 1]) > 2 * M.STAGE_CHUNK * 8
     for level in range(1, DEPTH):

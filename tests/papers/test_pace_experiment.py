@@ -24,7 +24,7 @@ def corpus() -> P.Corpus:
 
 @pytest.fixture(scope="module")
 def models(corpus) -> P.Models:
-    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2)
+    recipe = P.Recipe(d=16, n_layers=1, n_heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2)
     return P.train_models(corpus, recipe, 0)
 
 
@@ -55,7 +55,7 @@ def test_train_models_counts_and_seeds(corpus, models):
     # the count table's code length on its own training symbols, summed symbol by symbol
     bits = [-np.log2(models.table.probs(t[i:i + 1])[0, s[i]]) for t, _, s in corpus.train_levels for i in range(len(s))]
     assert models.table_bits == pytest.approx(np.mean(bits), rel=1e-10)
-    again = P.train_models(corpus, P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, ks=(1, 2, W),
+    again = P.train_models(corpus, P.Recipe(d=16, n_layers=1, n_heads=2, window=W, steps=3, batch=4, ks=(1, 2, W),
                                             mlp_steps=2), 0)
     assert again.pace_loss == models.pace_loss
     assert all(torch.equal(a, b) for a, b in zip(again.pace.parameters(), models.pace.parameters(), strict=True))
@@ -66,7 +66,7 @@ def test_the_trainings_are_independent_jobs(corpus, models):
     plain loop, and the controls as from train_single_stage and train_two_group alone."""
     from repro.runtime import parallel_map
 
-    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2,
+    recipe = P.Recipe(d=16, n_layers=1, n_heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2,
                       coupled_steps=2)
     loop = P.train_models(corpus, recipe, 0, controls=True)
     par = P.train_models(corpus, recipe, 0, controls=True, mapper=lambda f, xs: parallel_map(f, xs, 2))
@@ -167,21 +167,21 @@ def test_stage_rates_and_their_largest_rise(corpus, models):
 
 
 def test_single_stage_control_trains_with_one_stage_count(corpus):
-    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2)
+    recipe = P.Recipe(d=16, n_layers=1, n_heads=2, window=W, steps=3, batch=4, ks=(1, 2, W), mlp_steps=2)
     model, loss = P.train_single_stage(corpus, recipe, 0)
     assert isinstance(model, P.PACEModel) and len(loss) == 3
     torch.manual_seed(0)
-    ref = P.PACEModel(d=16, layers=1, heads=2, window=W)
+    ref = P.PACEModel(d=16, n_layers=1, n_heads=2, window=W)
     P.train(ref, corpus.data, steps=3, ks=[1], batch=4, lr=recipe.lr, seed=0)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values(), strict=True))
 
 
 def test_two_group_baseline_trains_like_its_reference_and_runs_its_backbone_twice(corpus):
-    recipe = P.Recipe(d=16, layers=1, heads=2, window=W, steps=3, batch=4, mlp_steps=2)
+    recipe = P.Recipe(d=16, n_layers=1, n_heads=2, window=W, steps=3, batch=4, mlp_steps=2)
     model, loss = P.train_two_group(corpus, recipe, 0)
     assert isinstance(model, P.TwoGroupModel) and len(loss) == 3 and not model.training
     torch.manual_seed(0)
-    ref = P.TwoGroupModel(d=16, layers=1, heads=2, window=W)
+    ref = P.TwoGroupModel(d=16, n_layers=1, n_heads=2, window=W)
     P.train(ref, corpus.data, steps=3, batch=4, lr=recipe.lr, seed=0)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values(), strict=True))
     got = P.backbone_calls(corpus.test_tree, DEPTH - 1, 2, W, {"two groups": (model, "2g")})

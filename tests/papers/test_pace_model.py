@@ -14,7 +14,7 @@ W = 16
 
 def small_pace(dtype=torch.float64) -> M.PACEModel:
     torch.manual_seed(0)
-    return M.PACEModel(d=16, layers=1, heads=2, window=W).to(dtype).eval()
+    return M.PACEModel(d=16, n_layers=1, n_heads=2, window=W).to(dtype).eval()
 
 
 def random_windows(b: int = 3, seed: int = 0, dtype=torch.float64):
@@ -106,7 +106,7 @@ def test_backbone_is_non_causal_within_a_window_and_local_to_it():
 
 def test_coupled_kv_cache_matches_recomputation_and_is_causal():
     torch.manual_seed(0)
-    model = M.CoupledCausalModel(d=16, layers=2, heads=2, window=W).double().eval()
+    model = M.CoupledCausalModel(d=16, n_layers=2, n_heads=2, window=W).double().eval()
     tokens, xyz, valid, sym = random_windows()
     full = model(tokens, xyz, valid, sym)
     other = sym.clone()
@@ -151,7 +151,7 @@ def test_sessions_give_the_same_pmfs_as_teacher_forcing():
 
 def small_two_group() -> M.TwoGroupModel:
     torch.manual_seed(0)
-    return M.TwoGroupModel(d=16, layers=1, heads=2, window=W).double().eval()
+    return M.TwoGroupModel(d=16, n_layers=1, n_heads=2, window=W).double().eval()
 
 
 def test_two_group_model_sees_group_1_only_in_its_second_pass():
@@ -213,7 +213,7 @@ def test_training_lowers_the_code_length():
     tree = O.build_octree(O.quantize(pts, O.Grid.centred(32.0, 7)), 7)
     data = M.WindowData.from_levels(O.octree_contexts(tree), W)
     torch.manual_seed(0)
-    model = M.PACEModel(d=16, layers=1, heads=2, window=W)
+    model = M.PACEModel(d=16, n_layers=1, n_heads=2, window=W)
     before = M.cross_entropy_bits(model, data, W)
     M.train(model, data, steps=60, batch=8, lr=5e-3, ks=(1, 2, W))
     after = M.cross_entropy_bits(model, data, W)
@@ -238,7 +238,7 @@ def test_matmul_flops_match_the_flop_counter():
     w = 8
     assert max(sizes) > 2 * M.STAGE_CHUNK * w  # several windows, several backbone chunks
     torch.manual_seed(0)
-    pace = M.PACEModel(d=16, layers=2, heads=2, window=w).eval()
+    pace = M.PACEModel(d=16, n_layers=2, n_heads=2, window=w).eval()
     mlp = M.AncestorMLP(d=16, hidden=32, window=w).eval()
     for model, mode in ((pace, "fp"), (pace, "4s"), (pace, "ar"), (mlp, "fp")):
         data = C.encode(cloud, model, depth, mode)
@@ -258,7 +258,7 @@ def test_backbone_chunks_give_the_same_bits():
     chunks of ``model.chunk``: the per-window result must be the same bit for bit (the codec's streams depend on
     it), padded tail included."""
     torch.manual_seed(0)
-    model = M.PACEModel(d=16, layers=2, heads=2, window=W).eval()
+    model = M.PACEModel(d=16, n_layers=2, n_heads=2, window=W).eval()
     tokens, xyz, valid, _ = random_windows(b=11, dtype=torch.float32)
     valid[-1, 5:] = False
     with torch.no_grad():
@@ -272,7 +272,7 @@ def test_fingerprint_cache_follows_every_change_of_the_state():
     which bypasses the version counter), a 0.0 turned −0.0, a loaded state dict and a dtype change all recompute it,
     and it always equals the digest of a fresh model with the same state."""
     torch.manual_seed(0)
-    model = M.PACEModel(d=16, layers=1, heads=2, window=W).eval()
+    model = M.PACEModel(d=16, n_layers=1, n_heads=2, window=W).eval()
 
     def fresh() -> bytes:
         twin = M.PACEModel(**model.config).to(model.dtype).eval()

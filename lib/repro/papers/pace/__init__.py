@@ -10,7 +10,7 @@ Quick start::
     >>> import numpy as np, torch
     >>> from repro.papers import pace
     >>> scan = pace.make_scans([0], n_beams=16, n_az=256)[0]  # one ray-cast street scan: (N, 3) points, metres
-    >>> _ = torch.manual_seed(0); model = pace.PACEModel(d=16, layers=1, heads=2, window=16).eval()  # tiny, untrained
+    >>> _ = torch.manual_seed(0); model = pace.PACEModel(d=16, n_layers=1, n_heads=2, window=16).eval()  # untrained
     >>> data = pace.encode(scan, model, depth=10)  # octree occupancy, ANS-coded: bytes
     >>> voxels, grid = pace.decode_quantized(data, model)  # pace.decode: metres
     >>> same = np.array_equal(np.unique(voxels, axis=0), np.unique(pace.quantize(scan, grid), axis=0))

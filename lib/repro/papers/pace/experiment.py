@@ -45,8 +45,8 @@ class Recipe:
     from, one per batch; ``coupled_steps = 0`` leaves the coupled baseline untrained (it is only timed)."""
 
     d: int = 64
-    layers: int = 2
-    heads: int = 4
+    n_layers: int = 2
+    n_heads: int = 4
     window: int = 256
     steps: int = 200
     batch: int = 8
@@ -119,7 +119,7 @@ def train_single_stage(corpus: Corpus, recipe: Recipe, seed: int, k: int = 1,
 
 def _single_stage_init(recipe: Recipe, seed: int, device: torch.device | str) -> PACEModel:
     torch.manual_seed(seed)
-    return PACEModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+    return PACEModel(d=recipe.d, n_layers=recipe.n_layers, n_heads=recipe.n_heads, window=recipe.window).to(device)
 
 
 def train_two_group(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device | str = "cpu"
@@ -134,7 +134,7 @@ def train_two_group(corpus: Corpus, recipe: Recipe, seed: int, device: torch.dev
 
 def _two_group_init(recipe: Recipe, seed: int, device: torch.device | str) -> TwoGroupModel:
     torch.manual_seed(seed)
-    return TwoGroupModel(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window).to(device)
+    return TwoGroupModel(d=recipe.d, n_layers=recipe.n_layers, n_heads=recipe.n_heads, window=recipe.window).to(device)
 
 
 
@@ -150,7 +150,7 @@ def train_models(corpus: Corpus, recipe: Recipe, seed: int, device: torch.device
     (``seed``), so the trainings are independent jobs: ``mapper`` (``run.map`` in the notebook: both cores in quick
     mode) runs them in parallel with the numbers of the plain loop."""
     torch.manual_seed(seed)
-    arch = dict(d=recipe.d, layers=recipe.layers, heads=recipe.heads, window=recipe.window)
+    arch = dict(d=recipe.d, n_layers=recipe.n_layers, n_heads=recipe.n_heads, window=recipe.window)
     pace = PACEModel(**arch).to(device)
     mlp = AncestorMLP(d=recipe.d, hidden=2 * recipe.d, window=recipe.window).to(device)
     coupled = CoupledCausalModel(**arch).to(device).eval()

@@ -7,7 +7,7 @@ All models read the same node context (:func:`repro.papers.pace.octree.level_con
 occupancy symbols. The nodes of one octree level are cut into windows of ``W`` consecutive nodes (Morton order).
 
 * :class:`PACEModel` (the paper's idea). A **non-causal backbone** ``F = B(ctx)`` (context embedding, a 1-D
-  convolution along the window, ``layers`` unmasked pre-norm transformer blocks with SwiGLU) runs **once** per
+  convolution along the window, ``n_layers`` unmasked pre-norm transformer blocks with SwiGLU) runs **once** per
   window. Causality lives only in a light **predictor**: its input at position ``i`` is
   ``x_i = F_i + E(o_{i−1})`` (the previous node's symbol, shifted by one; the pad symbol 255 embeds to 0), followed by
   a diagonal linear state-space layer ``h_i = a ⊙ h_{i−1} + (1 − a) ⊙ W_u x_i`` (our CPU stand-in for the paper's
@@ -346,14 +346,14 @@ class PACEModel(_Learned):
 
     kind = "pace"
 
-    def __init__(self, d: int = 64, layers: int = 2, heads: int = 4, window: int = 256, conv_kernel: int = 5,
+    def __init__(self, d: int = 64, n_layers: int = 2, n_heads: int = 4, window: int = 256, conv_kernel: int = 5,
                  chunk: int = 64):
         super().__init__()
         self.window, self.chunk = window, chunk
-        self.config = dict(d=d, layers=layers, heads=heads, window=window, conv_kernel=conv_kernel)
+        self.config = dict(d=d, n_layers=n_layers, n_heads=n_heads, window=window, conv_kernel=conv_kernel)
         self.embed = ContextEmbedding(d)
         self.conv = ConvBlock(d, conv_kernel, causal=False)
-        self.blocks = nn.ModuleList(Block(d, heads, 8 * d // 3) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, n_heads, 8 * d // 3) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d)
         self.predictor = SSMPredictor(d, window)
 
@@ -429,14 +429,14 @@ class CoupledCausalModel(_Learned):
 
     kind = "coupled"
 
-    def __init__(self, d: int = 64, layers: int = 2, heads: int = 4, window: int = 256, conv_kernel: int = 5):
+    def __init__(self, d: int = 64, n_layers: int = 2, n_heads: int = 4, window: int = 256, conv_kernel: int = 5):
         super().__init__()
         self.window = window
-        self.config = dict(d=d, layers=layers, heads=heads, window=window, conv_kernel=conv_kernel)
+        self.config = dict(d=d, n_layers=n_layers, n_heads=n_heads, window=window, conv_kernel=conv_kernel)
         self.embed = ContextEmbedding(d)
         self.occ = nn.Embedding(256, d, padding_idx=PAD_SYMBOL)
         self.conv = ConvBlock(d, conv_kernel, causal=True)
-        self.blocks = nn.ModuleList(Block(d, heads, 8 * d // 3) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, n_heads, 8 * d // 3) for _ in range(n_layers))
         self.head = _head(d)
 
     def run(self, static: Tensor, prev: Tensor) -> Tensor:
@@ -468,15 +468,15 @@ class TwoGroupModel(_Learned):
 
     kind = "two-group"
 
-    def __init__(self, d: int = 64, layers: int = 2, heads: int = 4, window: int = 256, conv_kernel: int = 5,
+    def __init__(self, d: int = 64, n_layers: int = 2, n_heads: int = 4, window: int = 256, conv_kernel: int = 5,
                  chunk: int = 64):
         super().__init__()
         self.window, self.chunk = window, chunk
-        self.config = dict(d=d, layers=layers, heads=heads, window=window, conv_kernel=conv_kernel)
+        self.config = dict(d=d, n_layers=n_layers, n_heads=n_heads, window=window, conv_kernel=conv_kernel)
         self.embed = ContextEmbedding(d)
         self.occ = nn.Embedding(256, d, padding_idx=PAD_SYMBOL)
         self.conv = ConvBlock(d, conv_kernel, causal=False)
-        self.blocks = nn.ModuleList(Block(d, heads, 8 * d // 3) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, n_heads, 8 * d // 3) for _ in range(n_layers))
         self.head = _head(d)
 
     def run(self, tokens: Tensor, xyz: Tensor, valid: Tensor, known: Tensor) -> Tensor:
