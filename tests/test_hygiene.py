@@ -3,6 +3,7 @@ results file, and everything generated from book/papers.yml and _config.yml is i
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import json
@@ -260,6 +261,32 @@ def test_full_mode_code_is_reached_by_the_smoke_tier(nb):
     code = "\n".join(c.source for c in cells)
     if re.search(r"\bfull\s*=", code):
         assert re.search(r"\bsmoke\s*=\s*dict\(", code), "run.config(...) needs smoke=dict(...): the smoke tier"
+
+
+def _settings(code: str) -> list[tuple[str, ast.expr]]:
+    """Every ``key=value`` of the ``run.config(...)`` call in ``code``, nested ``dict(...)`` settings included."""
+    calls = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and ast.unparse(n.func) == "run.config"]
+    out = []
+    for call in calls:
+        todo = [k.value for k in call.keywords]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "dict":
+                out += [(k.arg, k.value) for k in node.keywords if k.arg]
+                todo += [k.value for k in node.keywords]
+    return out
+
+
+def test_settings_follow_the_glossary(nb):
+    """Issue 41 item 7 (CONTRIBUTING.md, section 7): a count is ``n_<things>``; ``seeds``, ``layers`` and ``heads``
+    are never counts (a list of seeds, of layer indices); ``steps_<part>``, ``tiny_*`` and ``num_*`` are the
+    names the glossary replaced."""
+    path, notebook = nb
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code" and "run.config(" in c.source)
+    bad = [f"{k}={ast.unparse(v)}" for k, v in _settings(code)
+           if (k in ("seeds", "layers", "heads") and isinstance(v, ast.Constant) and isinstance(v.value, int))
+           or re.match(r"(steps_|tiny_|num_)", k)]
+    assert not bad, f"{path.name}: settings against the glossary: {bad}"
 
 
 def test_registry_module_names_the_notebook(nb):

@@ -248,7 +248,7 @@ def test_toy_summary_by_hand():
 def test_toy_run_is_deterministic_per_seed():
     """One seed end to end at a tiny size: every editor's trace at every checkpoint, and the same numbers from the
     same seed (the full-mode seed spread relies on it); a missing setting is a clear error."""
-    cfg = dict(subjects=12, steps=60, d_model=32, layers=2, heads=2, d_ff=64, edits=3, layer=0, checkpoints=[1, 3],
+    cfg = dict(subjects=12, steps=60, d_model=32, n_layers=2, n_heads=2, d_ff=64, edits=3, layer=0, checkpoints=[1, 3],
                short=[1, 3], threshold=0.5, alpha_tol=1e-3, memit_weight=1.0, v_steps=4, cov_batches=2,
                reasoning=500, contexts=200)
     with pytest.raises(KeyError, match="v_steps"):

@@ -68,7 +68,7 @@ def test_cached_embedder_embeds_each_text_once():
 
 @pytest.fixture(scope="module")
 def tiny():
-    cfg = dict(subjects=14, steps=80, d_model=32, layers=2, heads=2, d_ff=64, edits=4, layer=0,
+    cfg = dict(subjects=14, steps=80, d_model=32, n_layers=2, n_heads=2, d_ff=64, edits=4, layer=0,
                checkpoints=[1, 2, 4], short=[1, 4], threshold=0.5, alpha_tol=1e-3, memit_weight=1.0, v_steps=4,
                cov_batches=2, reasoning=500, contexts=200)
     return K.toy_run(cfg, np.random.default_rng(3), _bag_of_words)

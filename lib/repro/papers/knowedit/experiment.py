@@ -640,7 +640,7 @@ def compare_editors(model: Transformer, suite: Suite, embed_fn, *, layer: int, c
 # ---------------------------------------------------------------------------------------------------------------
 # one seed end to end, and the numbers the claims read
 
-TOY_KEYS = ("subjects", "steps", "d_model", "layers", "heads", "d_ff", "edits", "layer", "checkpoints", "short",
+TOY_KEYS = ("subjects", "steps", "d_model", "n_layers", "n_heads", "d_ff", "edits", "layer", "checkpoints", "short",
             "threshold", "alpha_tol", "memit_weight", "v_steps", "cov_batches", "reasoning", "contexts")
 
 
@@ -679,8 +679,8 @@ def toy_train(cfg: Mapping[str, Any], rng: np.random.Generator, device: torch.de
     """The first half of :func:`toy_run`: the world and the trained model with its training losses."""
     _check_cfg(cfg)
     world = P.make_world(cfg["subjects"], rng)
-    model, losses = train_toy(world, cfg["steps"], rng, d_model=cfg["d_model"], n_layers=cfg["layers"],
-                              n_heads=cfg["heads"], d_ff=cfg["d_ff"], device=device)
+    model, losses = train_toy(world, cfg["steps"], rng, d_model=cfg["d_model"], n_layers=cfg["n_layers"],
+                              n_heads=cfg["n_heads"], d_ff=cfg["d_ff"], device=device)
     return world, model, losses
 
 
