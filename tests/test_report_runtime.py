@@ -323,5 +323,16 @@ def test_the_smoke_tier_writes_its_own_results_and_asserts_nothing(results, caps
     assert json.loads((results / "smoke" / "99-test.json").read_text())["mode"] == "smoke"
     assert not (results / "99-test.json").exists()
     assert "no claim is asserted" in capsys.readouterr().out
+    quick = runtime.setup("99-test", "quick", 0, "cpu")
     with pytest.raises(ClaimFailed):
-        runtime.setup("99-test", "full", 0, "cpu").finish([failing], display=False)
+        quick.finish([failing], display=False)
+
+
+def test_full_mode_records_an_asserted_claim_that_fails_at_scale(results, capsys):
+    """Issue 42: a verdict at full scale that differs from quick mode's (06's C1) is a finding the book shows, so
+    full mode writes it and succeeds instead of failing the run (which would leave the record in results/logs/)."""
+    failing = Claim("C1", "x", paper=1, measured=5, hi=2)
+    rec = runtime.setup("99-test", "full", 0, "cpu").finish([failing], display=True)
+    assert rec["mode"] == "full" and rec["claims"][0]["holds"] is False and rec["claims"][0]["asserted"] is True
+    assert json.loads((results / "full" / "99-test.json").read_text())["claims"][0]["holds"] is False
+    assert "1 claim(s) asserted in quick mode do not hold at this scale (C1: measured 5" in capsys.readouterr().out
