@@ -50,8 +50,12 @@ def test_the_verdict_box_opens_the_page_and_agrees_with_the_results(nb):
     header = notebook.cells[0].source
     assert paper.headline and f"**The paper claims:** {paper.headline}" in header
     assert f"paper claims {book.verdict_counts(rec)}; checks of our code {book.check_counts(rec)}." in header
-    shown = re.findall(r"\*\*(C[0-9A-Za-z]+) ([^*]+)\*\*:", header)
-    assert shown == [(c["id"], c["verdict"]) for c in rec["claims"] if c["verdict"] in report.VERDICTS]
+    shown = re.findall(r"\*\*(C[0-9A-Za-z]+) ([^*]+)\*\*(?: \(full mode: \*\*([^*]+)\*\*\))?:", header)
+    assert [s[:2] for s in shown] == [(c["id"], c["verdict"]) for c in rec["claims"] if c["verdict"] in report.VERDICTS]
+    full = book.full_record(ROOT, paper)  # issue 42: a full-mode verdict that differs is named beside the quick one
+    at_full = {c["id"]: c["verdict"] for c in (full or {}).get("claims", [])}
+    assert [(cid, f) for cid, _, f in shown if f] == [(cid, at_full[cid]) for cid, v, _ in shown
+                                                      if cid in at_full and at_full[cid] != v]
     assert "(#paper-vs-reproduced)" in header and any(
         c.cell_type == "markdown" and "## Paper vs. reproduced" in c.source for c in notebook.cells)
 

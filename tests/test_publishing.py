@@ -77,7 +77,8 @@ def test_the_version_agrees_in_pyproject_citation_and_changelog():
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    top = next(ln for ln in (ROOT / "CHANGELOG.md").read_text().splitlines() if ln.startswith("## "))
+    top = next(ln for ln in (ROOT / "CHANGELOG.md").read_text().splitlines()
+               if ln.startswith("## ") and ln != "## Unreleased")  # changes since the release may wait above it
     assert str(cff["version"]) == version and top.startswith(f"## {version} (")
     assert f"({cff['date-released']})" in top
     tags = subprocess.run(["git", "tag", "--list", "v*"], capture_output=True, text=True, cwd=ROOT).stdout.split()
