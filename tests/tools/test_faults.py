@@ -42,9 +42,9 @@ def checkout(tmp_path: Path) -> Path:
         shutil.copy2(CHECKOUT / name, root / name)
     shutil.copytree(CHECKOUT / "book", root / "book")
     shutil.copytree(CHECKOUT / "notebooks", root / "notebooks")
-    (root / "results").mkdir()
-    for f in (CHECKOUT / "results").glob("*.json"):
-        shutil.copy2(f, root / "results" / f.name)
+    (root / "results" / "full").mkdir(parents=True)
+    for f in [*(CHECKOUT / "results").glob("*.json"), *(CHECKOUT / "results" / "full").glob("*.json")]:
+        shutil.copy2(f, root / f.relative_to(CHECKOUT))  # full/: the committed full-mode runs the pages show
     (root / "lib" / "repro").mkdir(parents=True)
     return root
 
