@@ -448,3 +448,54 @@ def test_every_tools_module_loads_without_torch():
         f"importlib.import_module({m!r})\n" for m in mods)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-1500:]
+
+
+REPLICATE_CONTEXTS = (ast.List, ast.JoinedStr, ast.FormattedValue, ast.BinOp)  # [SEED, SEED + 1], f"{SEED + 1}"
+
+
+def seed_offsets(code: str, library: bool = False) -> list[str]:
+    """Issue 41 item 5: seeds offset by hand instead of named streams (``run.seed_for(name)`` in a notebook,
+    ``repro.common.seeding.derive`` in the library). In a notebook, ``SEED`` may be offset only to list replicate
+    seeds: by an index (``SEED + i``, ``SEED + np.arange(n)``), or by a constant inside a list, ``range(...)``,
+    an f-string or a longer index expression (``[SEED + 1, SEED + 2]``, ``SEED + 1 + i``); ``SEED * k`` and
+    ``seed=SEED + 7`` are offsets. In the library no name ending in ``seed`` is added to or multiplied at all."""
+    tree = ast.parse(code)
+    parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def is_seed(node: ast.AST) -> bool:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return name.lower().endswith("seed") if library else name == "SEED"
+
+    def replicate(node: ast.BinOp) -> bool:
+        other = node.right if is_seed(node.left) else node.left
+        spaced = isinstance(other, ast.BinOp) and isinstance(other.op, ast.Mult)  # SEED + 10 * i: a family
+        if isinstance(node.op, ast.Add) and not isinstance(other, ast.Constant) and not spaced:
+            return True  # an index: SEED + i
+        up = parent.get(node)
+        in_range = isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "range"
+        return isinstance(node.op, ast.Add) and is_seed(node.left) and (isinstance(up, REPLICATE_CONTEXTS) or in_range)
+
+    return [ast.unparse(node) for node in ast.walk(tree)
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult)
+            and (is_seed(node.left) or is_seed(node.right)) and (library or not replicate(node))]
+
+
+def test_seeds_are_named_streams_in_notebooks(nb):
+    path, notebook = nb
+    bad = [s for c in notebook.cells if c.cell_type == "code" for s in seed_offsets(c.source)]
+    assert not bad, f"{path.name}: seed offsets, use run.seed_for(name) (CONTRIBUTING.md, seeds): {bad}"
+
+
+def test_seeds_are_named_streams_in_the_library():
+    bad = [f"{p.relative_to(ROOT)}: {s}" for p in sorted((ROOT / "lib" / "repro").rglob("*.py"))
+           for s in seed_offsets(p.read_text(), library=True)]
+    assert not bad, f"seed offsets, use repro.common.seeding.derive(seed, name): {bad}"
+
+
+def test_the_seed_check_finds_offsets_and_spares_replicate_seeds():
+    notebook = ("a = f(seed=SEED + 1)\nb = SEED * 1000 + 7\nc = 10_000 + SEED\n"
+                "seeds = [SEED, SEED + 1]\nmore = [SEED + 1 + i for i in range(3)]\nd = g(seed=SEED + s)\n"
+                "e = range(SEED + 1, SEED + n)\nprint(f'{SEED + 2}')\nm = h(seed=SEED + 10 * i)\n")
+    assert sorted(seed_offsets(notebook)) == ["10000 + SEED", "SEED * 1000", "SEED + 1", "SEED + 10 * i"]
+    library = "g.manual_seed(seed + 7919)\nh(cfg.seed + 400 + 1000 * k)\nrng(derive(seed, 'eval'))\nx = n + 1\n"
+    assert sorted(seed_offsets(library, library=True)) == ["cfg.seed + 400", "seed + 7919"]

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .common import seeding
 from .common.timing import Timer  # re-exported: the notebooks' timer, CUDA synchronised
 from .tools import offline, paths, portable, registry, trace
 from .tools.paths import CI_MODES, MODES, check_mode
@@ -140,6 +141,12 @@ class Run:
         self.settings.clear()
         self.settings.update(resolved)  # recorded in the results file by finish()
         return resolved
+
+    def seed_for(self, name: str, *index: int) -> int:
+        """The seed of this run's stream ``name`` (``index`` numbers a family of streams, e.g. one per problem):
+        ``run.seed_for("eval")`` in place of ``SEED + 1``, so that no stream coincides with another seed's
+        (:func:`repro.common.seeding.derive`). The replicate seeds of a notebook stay ``SEED + i``."""
+        return seeding.derive(self.seed, name, *index)
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, the items shared among this machine's cores when that cannot change a

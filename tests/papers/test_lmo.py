@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy.linalg import polar
 
+from repro.common.seeding import derive
 from repro.papers import lmo as L
 
 
@@ -324,7 +325,7 @@ def test_run_grid_matches_sequential_optimizer():
     res = L.run_grid(prob, "l2", taus, alphas, lrs, budget=32, n_seeds=2, checkpoints=4, seed=3)
     assert res.loss.shape == (2, 2, 2, 2, 4) and list(res.samples) == [8, 16, 24, 32]
     for t_i, tau in enumerate(taus):
-        gen = torch.Generator().manual_seed(3 * 1_000_003 + tau)
+        gen = torch.Generator().manual_seed(derive(3, "tau", tau))
         idx = L.tau_nice_indices(64, tau, (32 // tau, 2), gen)
         for s, a_i, l_i in itertools.product(range(2), range(2), range(2)):
             x = torch.zeros(5, dtype=torch.float64, requires_grad=True)

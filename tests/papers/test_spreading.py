@@ -20,6 +20,7 @@ import pytest
 import torch
 from scipy import special, stats
 
+from repro.common.seeding import derive
 from repro.papers import spreading as SP
 
 LAWS = [
@@ -449,10 +450,11 @@ def test_evaluate_seeds_gives_each_seed_its_own_common_episodes():
     task = SP.ControlTask(tiers=4)
     names, th = SP.seed_policies({"x": torch.rand(2, 4, generator=torch.Generator().manual_seed(1))}, 4)
     ev = {sim: SP.evaluate_seeds(G, sim, th, names, task, episodes=12, seed=40) for sim in ("renewal", "markov")}
-    for s in range(2):  # the brute-force reference: seed s's policies evaluated on episode set 40 + s
-        ref = SP.policy_returns(G, "markov", th[s], task, episodes=12, seed=40 + s)
+    sets = [derive(40, "episodes", s) for s in range(2)]
+    for s in range(2):  # the brute-force reference: seed s's policies evaluated on its own episode set
+        ref = SP.policy_returns(G, "markov", th[s], task, episodes=12, seed=sets[s])
         np.testing.assert_array_equal(ev["markov"].ret[s], ref["return"].numpy())
-    assert ev["renewal"].ret.shape == (2, 4, 12) and ev["renewal"].seeds == [40, 41]
+    assert ev["renewal"].ret.shape == (2, 4, 12) and ev["renewal"].seeds == sets
     # no control depends only on the episode's random numbers: the same in both seeds' rows only if the sets were
     # shared, which they must not be
     assert not np.array_equal(ev["renewal"].of("no control")[0], ev["renewal"].of("no control")[1])

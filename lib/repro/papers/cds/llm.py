@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ...common import stats
+from ...common.seeding import derive
 from .method import cds_order
 from .problems import ArithmeticSet
 
@@ -188,7 +189,7 @@ def demo_orders(E: Tensor, shots: Sequence[int], n_random: int, n_starts: int = 
     out.update(cds=[], high_curvature=[])
     for k in shots:
         for r in range(n_random):
-            g = torch.Generator().manual_seed(seed + 1000 * r + k)
+            g = torch.Generator().manual_seed(derive(seed, "order", r, k))
             out[f"random{r}"].append(torch.randperm(k, generator=g))
         for name in ("cds", "high_curvature"):
             out[name].append(cds_order(E[:k], name, n_starts)[0].cpu())

@@ -18,6 +18,7 @@ import torch
 
 from ...common import stats
 from ...common.nn import TransformerConfig
+from ...common.seeding import derive
 from ...common.settings import dataclass_from
 from ...common.timing import Timer
 from .method import (
@@ -166,22 +167,22 @@ def distill(teacher: Denoiser, task: ChainTask, recipe: Recipe, seed: int, devic
             order: str = "teacher") -> tuple[Denoiser, list[dict[str, float]], float]:
     """Teacher trajectories on fresh prompts (one token per forward; kept where the teacher is right), then the
     d3LLM student, fine-tuned from a copy of the teacher. Returns the student, its loss history and the fraction of
-    trajectory prompts the teacher got right. Generator seeded with ``seed + 1``.
+    trajectory prompts the teacher got right. Generator seeded from the stream ``derive(seed, "trajectories")``.
 
     ``order="random"`` is the ablation the README's "+18 % TPF" of pseudo-trajectory extraction is measured against
     ("instead of random masking"): the same training with each kept trajectory's decoding order replaced by a
-    random permutation (drawn from a generator seeded with ``seed + 2``), so the masks are random subsets of the
+    random permutation (drawn from the stream ``derive(seed, "random-order")``), so the masks are random subsets of the
     block at the same ratios."""
     if order not in ("teacher", "random"):
         raise ValueError(f"order must be 'teacher' or 'random', got {order!r}")
-    g = torch.Generator().manual_seed(seed + 1)
+    g = torch.Generator().manual_seed(derive(seed, "trajectories"))
     prompt, answer = task.sample(recipe.traj_prompts, g, device)
     traj = decode_vanilla(teacher, prompt, task.answer_len, recipe.block, mask_id=task.mask_id)
     ok = task.correct(traj.tokens, answer)
     student = copy.deepcopy(teacher)
     timeline = traj.timeline[ok]
     if order == "random":
-        perm = torch.Generator().manual_seed(seed + 2)
+        perm = torch.Generator().manual_seed(derive(seed, "random-order"))
         timeline = torch.stack([torch.randperm(timeline.shape[1], generator=perm) + 1 for _ in timeline]).to(device)
     hist = train_d3llm(student, prompt[ok], answer[ok], timeline, steps=recipe.student_steps,
                        batch=recipe.student_batch, block_sizes=recipe.block_sizes, lr=recipe.student_lr, generator=g)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from ...common import stats
 from ...common.nn import Transformer, TransformerConfig
+from ...common.seeding import derive
 from ...common.train import fit
 from .method import (
     OnlineDifficultyBins,
@@ -276,7 +277,7 @@ def train_arm(arm: str, policy: Transformer, task: ModSumTask, pool: Prompts, ev
     device = next(policy.parameters()).device
     data = torch.Generator().manual_seed(seed)
     roll = torch.Generator(device=device).manual_seed(seed)
-    ev_gen = torch.Generator(device=device).manual_seed(seed + 7919)  # evaluation samples, apart from training
+    ev_gen = torch.Generator(device=device).manual_seed(derive(seed, "eval"))  # evaluation samples, apart from training
     warmup = math.ceil(len(pool) / cfg.batch)
     if cfg.steps <= warmup:
         raise ValueError(f"steps={cfg.steps} must exceed the warm-up epoch ({warmup} steps)")
@@ -392,7 +393,7 @@ def prepare(task: ModSumTask, seed: int, *, sft_steps: int, sft_batch: int, sft_
     final = task.per_k(final_per_k, data, device)
     first = torch.cat([torch.arange(k * final_per_k, k * final_per_k + eval_per_k) for k in range(task.k_max)])
     ev = final.take(first.to(device))
-    gen = torch.Generator(device=device).manual_seed(seed + 7919)
+    gen = torch.Generator(device=device).manual_seed(derive(seed, "eval"))
     return Setup(seed, base, losses, pool, ev, final, evaluate(base, task, ev, eval_samples, gen))
 
 

@@ -14,6 +14,7 @@ import torch
 
 from ...common.linalg import newton_schulz5
 from ...common.numerics import loglog_slope
+from ...common.seeding import derive
 from .method import Tensor, get_lmo, lmo_spectral, momentum_direction, tau_nice_indices, unit_length
 from .problems import LeastSquares
 from .theory import ProxyConstants, optimal_alpha_theory, theory_sample_cost
@@ -92,7 +93,7 @@ def run_grid(problem: LeastSquares, lmo: str, taus: Sequence[int], alphas: Seque
     out = np.empty((len(taus), n_seeds, na, nl, checkpoints))
     for t_i, tau in enumerate(taus):
         lr = torch.tensor(lrs[t_i], dtype=dt, device=dev).reshape(1, -1, *[1] * nb)   # α-major, lr-minor
-        gen = torch.Generator(device=dev).manual_seed(seed * 1_000_003 + int(tau))
+        gen = torch.Generator(device=dev).manual_seed(derive(seed, "tau", int(tau)))
         out[t_i] = _run_one_tau(problem, fn, int(tau), alpha, lr, budget, n_seeds, checkpoints, gen,
                                 nesterov, exact_grad).reshape(n_seeds, na, nl, checkpoints)
     samples = budget // checkpoints * np.arange(1, checkpoints + 1)

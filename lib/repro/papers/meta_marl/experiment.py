@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...common import stats
+from ...common.seeding import derive
 from .method import (
     AgentTrajectories,
     ConditionedPolicy,
@@ -194,12 +195,12 @@ def train_representations(train: Dataset, held: Dataset, cfg: D2TRConfig, ks: li
     student, ls = train_student(trans, teacher, cfg, g)
     local, ll = train_student(trans, None, cfg, g)
     curves = {name: task_id_curve(enc, train, held, ks, view=view, n_centroid=n_centroid, n_query=n_query,
-                                  seed=cfg.seed + 100)
+                                  seed=derive(cfg.seed, "task-id-curve"))
               for name, enc, view in (("teacher", teacher, "global"), ("distilled", student, "local"),
                                       ("local-only", local, "local"))}
     # the same held-out contexts (seed) for both local encoders: the local-only one is the alignment's control
-    cos = [alignment(student, teacher, held, k, n_query, seed=cfg.seed + 200) for k in ks]
-    cos_local = [alignment(local, teacher, held, k, n_query, seed=cfg.seed + 200) for k in ks]
+    cos = [alignment(student, teacher, held, k, n_query, seed=derive(cfg.seed, "alignment")) for k in ks]
+    cos_local = [alignment(local, teacher, held, k, n_query, seed=derive(cfg.seed, "alignment")) for k in ks]
     return Representations(teacher, student, local, curves, cos, {"teacher": lt, "distilled": ls, "local-only": ll},
                            cos_local)
 
@@ -330,9 +331,9 @@ def role_study(train: Dataset, held: Dataset, student: TrajEncoder, cfg: D2TRCon
     and for the task, and the same probes on ``z_i`` and on the raw transitions (:func:`raw_role_features`)."""
     from sklearn.decomposition import PCA
 
-    g = torch.Generator().manual_seed(cfg.seed + 300)  # training batches
-    gp = torch.Generator().manual_seed(cfg.seed + 301)  # the probes' transitions and points, shared by all
-    torch.manual_seed(cfg.seed + 300)  # weight init independent of whatever was trained before
+    g = torch.Generator().manual_seed(derive(cfg.seed, "roles"))  # training batches
+    gp = torch.Generator().manual_seed(derive(cfg.seed, "probes"))  # the probes' transitions and points, shared by all
+    torch.manual_seed(derive(cfg.seed, "roles"))  # weight init independent of whatever was trained before
     tr_traj, he_traj = AgentTrajectories.of(train), AgentTrajectories.of(held)
     T, E, S, N = train.shape
     labels = {"scripted": scripted_role_labeller(tr_traj),
@@ -419,8 +420,8 @@ def evaluate(policy: ConditionedPolicy, tasks: TaskSet, context_episodes: int, *
     L = int(tasks.decoy.max()) + 1
     T = len(tasks)
     ctx_data = collect_dataset(tasks, context_episodes, steps, n_agents=n_agents, n_landmarks=L, sight=sight,
-                               seed=seed + 1, device=device)
-    g = torch.Generator().manual_seed(seed + 2)
+                               seed=derive(seed, "context"), device=device)
+    g = torch.Generator().manual_seed(derive(seed, "context-sample"))
     ctx = sample_contexts(ctx_data.transitions(), torch.arange(T)[:, None].expand(T, episodes), context_episodes,
                           context_episodes, g)
     B, N = T * episodes, n_agents
@@ -462,8 +463,8 @@ def train_policies(train: Dataset, reps: Representations, role_encoders: dict[st
     roles, D²TR-lite (scripted roles; with ``role_ablation`` also KMeans and random roles) and the centralized
     oracle. ``role_encoders``: ``"scripted"`` (and, for the ablation, ``"kmeans"``, ``"random"``) → encoder;
     ``policy_seed`` draws another initialisation and other batches for the same encoders."""
-    g = torch.Generator().manual_seed(cfg.seed + 400 + 1000 * policy_seed)
-    torch.manual_seed(cfg.seed + 400 + 1000 * policy_seed)  # weight init independent of what was trained before
+    g = torch.Generator().manual_seed(derive(cfg.seed, "policies", policy_seed))
+    torch.manual_seed(derive(cfg.seed, "policies", policy_seed))  # weight init independent of what was trained before
     specs = [(BC, None, None, False), (LOCAL, reps.local, None, False), (NO_ROLES, reps.student, None, False),
              (D2TR, reps.student, "scripted", False)]
     if role_ablation:
@@ -532,7 +533,7 @@ def return_study(train: Dataset, ood: TaskSet, runs: list[Representations], seed
     """For each training seed (its encoders from ``runs``; the first seed's role encoders from ``roles``, the
     others' trained here on the same labels against their own student, HSIC weight ``cfg.hsic_weight``), train
     the policies of :func:`train_policies` ``n_policy_seeds`` times and evaluate them all in that seed's worlds
-    (:func:`evaluate`, seed ``eval_seed + 1000 · i`` for the ``i``-th training seed)."""
+    (:func:`evaluate`, seed ``derive(eval_seed, "worlds", i)`` for the ``i``-th training seed)."""
     if len(runs) != len(seeds) or not seeds or n_policy_seeds < 1:
         raise ValueError("return_study needs one representation run per seed and n_policy_seeds >= 1")
     kinds = ("scripted", "kmeans", "random") if role_ablation else ("scripted",)
@@ -542,15 +543,15 @@ def return_study(train: Dataset, ood: TaskSet, runs: list[Representations], seed
         if i == 0:
             enc = study_role_encoders(roles, cfg)
         else:  # the same labels, an encoder of this seed's own student (HSIC against its z_i)
-            g = torch.Generator().manual_seed(seed + 300)
-            torch.manual_seed(seed + 300)
+            g = torch.Generator().manual_seed(derive(seed, "roles"))
+            torch.manual_seed(derive(seed, "roles"))
             enc = {k: train_role_encoder(train.transitions(), roles.labels[k], rep.student, cfg_s, g)[0]
                    for k in kinds}
         per_policy_seed = []
         for p in range(n_policy_seeds):
             pols = train_policies(train, rep, enc, cfg_s, role_ablation=role_ablation, policy_seed=p)
             rets = [evaluate(pol, ood, context, episodes=episodes, steps=steps, n_agents=n_agents, sight=sight,
-                             seed=eval_seed + 1000 * i, device=device).returns for pol in pols.values()]
+                             seed=derive(eval_seed, "worlds", i), device=device).returns for pol in pols.values()]
             names, first = names or list(pols), first or pols
             per_policy_seed.append(np.stack(rets))
         out.append(np.stack(per_policy_seed))

@@ -33,6 +33,7 @@ from torch import nn
 
 from repro.common import stats as book_stats
 from repro.common.mapping import Mapper, serial_map
+from repro.common.seeding import derive
 from repro.common.train import cosine_schedule, fit
 
 from . import synth
@@ -126,14 +127,15 @@ def build_data(cfg: Config, seed: int, device: torch.device | str = "cpu") -> Da
     """Render every split (deterministic in ``seed``; identity pools are disjoint: source pids from 0, target
     training from 10 000, test from 20 000)."""
     src_ids = synth.make_identities(cfg.src_ids, seed, cfg.design, first_pid=0)
-    tgt_ids = synth.make_identities(cfg.tgt_ids, seed + 1000, cfg.design, first_pid=10_000)
-    test_ids = synth.make_identities(cfg.test_ids, seed + 2000, cfg.design, first_pid=20_000)
+    tgt_ids = synth.make_identities(cfg.tgt_ids, derive(seed, "target-ids"), cfg.design, first_pid=10_000)
+    test_ids = synth.make_identities(cfg.test_ids, derive(seed, "test-ids"), cfg.design, first_pid=20_000)
     splits = {"source": synth.make_split(synth.SOURCE, cfg.src_scenes, src_ids, seed),
-              "target": synth.make_split(synth.TARGET, cfg.tgt_scenes, tgt_ids, seed + 1),
-              "S_src": synth.make_split(synth.SOURCE, cfg.test_scenes, test_ids, seed + 2),
-              "T_test": synth.make_split(synth.TARGET, cfg.test_scenes, test_ids, seed + 3)}
+              "target": synth.make_split(synth.TARGET, cfg.tgt_scenes, tgt_ids, derive(seed, "target")),
+              "S_src": synth.make_split(synth.SOURCE, cfg.test_scenes, test_ids, derive(seed, "S_src")),
+              "T_test": synth.make_split(synth.TARGET, cfg.test_scenes, test_ids, derive(seed, "T_test"))}
     for h in cfg.heights:  # the same seed at every height: the same scenes, only the person height changes
-        splits[f"T{int(h)}"] = synth.make_split(synth.scale_sweep_domain(h), cfg.test_scenes, test_ids, seed + 4)
+        splits[f"T{int(h)}"] = synth.make_split(synth.scale_sweep_domain(h), cfg.test_scenes, test_ids,
+                                                derive(seed, "scale-sweep"))
     source = _cropset(splits["source"], cfg.input_hw, device)
     target = synth.crop_rois(splits["target"], cfg.input_hw, device=device)
     tests = {k: _cropset(v, cfg.input_hw, device) for k, v in splits.items() if k not in ("source", "target")}
@@ -283,13 +285,13 @@ def uda(head: Head, source: CropSet, target: UnlabeledTarget, cfg: Config, seed:
     n_src = int(y_src.max()) + 1
     src_proxies = None
     logs = []
-    rng = np.random.default_rng([seed, 23])
+    rng = np.random.default_rng(derive(seed, "uda-batches"))
     half = cfg.batch // 2
     for r in range(cfg.uda_rounds):
         tgt_feats = embed(_domain_head(head, target.maps), target.maps)
         stats = BCRStats([], [], [], [])
         if oracle_labels is None:
-            labels0, labels = pseudo_labels(tgt_feats, cfg, bcr, seed=seed + r, stats=stats)
+            labels0, labels = pseudo_labels(tgt_feats, cfg, bcr, seed=derive(seed, "pseudo-labels", r), stats=stats)
         else:
             labels0 = labels = np.unique(oracle_labels, return_inverse=True)[1]
         logs.append(RoundLog(labels0, labels, stats))

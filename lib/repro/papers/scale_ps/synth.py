@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from scipy.ndimage import gaussian_filter
 
+from repro.common.seeding import derive
+
 __all__ = [
     "SOURCE", "TARGET", "DomainConfig", "Identity", "crop_rois", "make_identities", "make_scene", "make_split",
     "render_person", "sample_nuisance", "scale_sweep_domain",
@@ -131,7 +133,7 @@ def make_identities(n: int, seed: int, design: str = "fine", first_pid: int = 0)
         raise ValueError(f"need n >= 1 identities, got {n}")
     if design not in ("fine", "coarse"):
         raise ValueError(f"design must be 'fine' or 'coarse', got {design!r}")
-    rng = np.random.default_rng([seed, 7919])
+    rng = np.random.default_rng(derive(seed, "identities"))
     out = []
     for k in range(n):
         leg, width = float(rng.uniform(0.44, 0.52)), float(rng.uniform(0.85, 1.1))

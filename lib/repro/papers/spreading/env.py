@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...common.seeding import derive
 from .engine import RenewalSIR
 from .hazards import Law, Weibull
 from .mean_field import MeanFieldSIR
@@ -133,7 +134,7 @@ def policy_returns(graph: nx.Graph, dynamics: str, thetas: Tensor, task: Control
         th = thetas[start:start + per]
         p = th.shape[0]
         sim.reset(p * episodes, initial=initial.repeat(p), thresholds=thresholds.repeat(p, 1),
-                  period_quantiles=quantiles.repeat(p, 1), seed=seed * 1_000_003 + start)
+                  period_quantiles=quantiles.repeat(p, 1), seed=derive(seed, "batch", start))
         parts.append(rollout(sim, th.repeat_interleave(episodes, 0), task))
     return {k: torch.cat([d[k] for d in parts]).view(P, episodes) for k in parts[0]}
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ...common import stats
+from ...common.seeding import derive
 from ...common.timing import Timer
 from .control import CEMResult, cem_optimize
 from .engine import INF, RenewalSIR
@@ -221,7 +222,8 @@ def beta_scan(graph: nx.Graph, betas: list[float], laws: dict[str, Law], replica
     for j, (name, law) in enumerate(laws.items()):
         rows, finals = [], []
         for b, beta in enumerate(betas):
-            sizes, _ = engine_final_sizes(graph, beta, law, replicas, seed * 7919 + 101 * j + b, dt=dt, device=device)
+            sizes, _ = engine_final_sizes(graph, beta, law, replicas, derive(seed, "beta-scan", j, b), dt=dt,
+                                          device=device)
             st = outbreak_stats(sizes)
             rows.append((st.p_ext, st.mean, st.major, st.se_p_ext))
             finals.append(sizes)
@@ -355,12 +357,13 @@ def train_cem(graph: nx.Graph, dynamics: str, task: ControlTask, *, runs: int, i
         if dynamics == "ode":
             sim.reset(S_ * P)
             return rollout(sim, th.double(), task)["return"].view(S_, P).cpu()
-        init, thr, qu = crn_draws(N, S_ * episodes, seed * 1_000_003 + it, device)  # fresh per run and iteration
+        s_it = derive(seed, "iteration", it)
+        init, thr, qu = crn_draws(N, S_ * episodes, s_it, device)  # fresh per run and iteration
         # replica (run s, candidate p, episode e) plays episode (s, e): a run's candidates share its episodes
         ep = (torch.arange(S_, device=device)[:, None, None] * episodes
               + torch.arange(episodes, device=device)[None, None, :]).expand(S_, P, episodes).reshape(-1)
         sim.reset(S_ * P * episodes, initial=init[ep], thresholds=thr[ep], period_quantiles=qu[ep],
-                  seed=seed * 1_000_003 + it)
+                  seed=s_it)
         ret = rollout(sim, th.repeat_interleave(episodes, 0), task)["return"]
         return ret.view(S_, P, episodes).mean(-1).cpu()
 
@@ -441,19 +444,20 @@ class SeedEvaluation:
 
 def evaluate_seeds(graph: nx.Graph, dynamics: str, thetas: Tensor, names: Sequence[str], task: ControlTask, *,
                    episodes: int, seed: int, device: torch.device | str = "cpu") -> SeedEvaluation:
-    """Evaluate seed ``s``'s policies ``thetas[s]`` (``[S, P, K]``) on its own episode set, drawn from seed
-    ``seed + s`` (:func:`~.env.policy_returns`: common random numbers across the policies, and across simulators
-    evaluated with the same ``seed``). The ODE is deterministic: one column per policy."""
+    """Evaluate seed ``s``'s policies ``thetas[s]`` (``[S, P, K]``) on its own episode set, drawn from the stream
+    ``derive(seed, "episodes", s)`` (:func:`~.env.policy_returns`: common random numbers across the policies, and
+    across simulators evaluated with the same ``seed``). The ODE is deterministic: one column per policy."""
     thetas = torch.as_tensor(thetas, dtype=torch.float32)
     if thetas.ndim != 3 or thetas.shape[1] != len(names):
         raise ValueError(f"thetas must be [seeds, {len(names)} policies, tiers], got {tuple(thetas.shape)}")
     sim = make_simulator(graph, dynamics, task, device=device)
     E = 1 if dynamics == "ode" else episodes
-    outs = [policy_returns(graph, dynamics, th.to(device), task, episodes=E, seed=seed + s, device=device, sim=sim)
+    seeds = [derive(seed, "episodes", s) for s in range(len(thetas))]
+    outs = [policy_returns(graph, dynamics, th.to(device), task, episodes=E, seed=seeds[s], device=device, sim=sim)
             for s, th in enumerate(thetas)]
     arrays = {k: np.stack([o[k].cpu().numpy() for o in outs]) for k in ("return", "attack", "doses", "hubs_kept")}
     return SeedEvaluation(names=list(names), ret=arrays["return"], attack=arrays["attack"], doses=arrays["doses"],
-                          hubs_kept=arrays["hubs_kept"], seeds=[seed + s for s in range(len(thetas))])
+                          hubs_kept=arrays["hubs_kept"], seeds=seeds)
 
 
 def train_sb3(algo: str, graph: nx.Graph, task: ControlTask, *, dynamics: str = "renewal",

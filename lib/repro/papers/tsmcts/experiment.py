@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ...common import stats
+from ...common.seeding import derive
 from ...common.timing import Timer
 from .method import SearchResult, smc_search, smcts_search, tsmcts_search
 from .problems import MazeSuite, Network, make_maze_suite, make_network, value_iteration
@@ -87,9 +88,10 @@ def make_problem(count: int, n: int = 8, seed: int = 0, sigma_v: float = 0.3, ro
                  min_distance: int = 6, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
                  ) -> Problem:
     """``count`` mazes of size ``n`` from ``seed``, with ``roots_per_maze`` roots each and the network of
-    :func:`repro.papers.tsmcts.make_network` (value noise ``sigma_v``, drawn from ``seed + 1``)."""
+    :func:`repro.papers.tsmcts.make_network` (value noise ``sigma_v``, from the stream
+    ``derive(seed, "value-noise")``)."""
     suite, V, Q = _suite_and_values(count, n, seed, roots_per_maze, min_distance)
-    net = make_network(suite.model, V, Q, sigma_v, seed=seed + 1)
+    net = make_network(suite.model, V, Q, sigma_v, seed=derive(seed, "value-noise"))
     model = suite.model.to(device, dtype)
     suite = MazeSuite(suite.mazes, model, suite.roots.to(device), suite.maze_of_root, suite.offsets)
     Qr = Q[suite.roots.cpu()]
@@ -202,7 +204,7 @@ def mctx_run(problem: Problem, num_simulations: int, n_seeds: int, m: int = 4, s
 
     roots = problem.roots.repeat(n_seeds)
     out, times = [], []
-    for key in (seed + 1, seed):
+    for key in (derive(seed, "mctx-compile"), derive(seed, "mctx")):
         t0 = time.perf_counter()
         res = gumbel_mcts_reference(problem.suite.model, problem.net, roots, num_simulations, m, key)
         times.append(time.perf_counter() - t0)
