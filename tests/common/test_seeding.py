@@ -51,6 +51,13 @@ def test_every_consumer_takes_the_seed():
     torch.manual_seed(s)
     torch.Generator().manual_seed(s)
     np.random.default_rng(s)
+    narrow = derive(3, "train", bits=32)  # scikit-learn's random_state and RandomState take 32 bits only
+    assert narrow == s >> 31 and narrow < 2**32
+    np.random.RandomState(narrow)
+    from sklearn.utils import check_random_state
+    check_random_state(narrow)
+    with pytest.raises(ValueError):
+        check_random_state(s)  # why bits=32 exists: the 63-bit seed is refused
 
 
 @pytest.mark.parametrize("args", [(-1, "eval"), (True, "eval"), (1.0, "eval"), (0, ""), (0, 3), (0, "eval", -1),
@@ -58,6 +65,11 @@ def test_every_consumer_takes_the_seed():
 def test_bad_input_is_a_clear_error(args):
     with pytest.raises(ValueError, match="seed|stream|name"):
         derive(*args)
+
+
+def test_only_two_widths():
+    with pytest.raises(ValueError, match="bits"):
+        derive(0, "eval", bits=16)
 
 
 def test_the_run_handle_names_its_streams():

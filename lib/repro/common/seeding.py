@@ -24,13 +24,17 @@ __all__ = ["derive"]
 _WORD = 2**32
 
 
-def derive(seed: int, name: str, *index: int) -> int:
+def derive(seed: int, name: str, *index: int, bits: int = 63) -> int:
     """The seed of stream ``name`` (and, for a family of streams, ``index``) of the run seeded with ``seed``: a
-    non-negative int below ``2**63``, so ``torch.manual_seed``, ``torch.Generator.manual_seed`` and
-    ``np.random.default_rng`` all take it. Deterministic across machines and Python versions (CRC-32 rather than
-    the salted ``hash``); ``derive(s, "a", 0)`` differs from ``derive(s, "a")``, since the key's length counts."""
+    non-negative int below ``2**bits``. The default, 63 bits, suits ``torch.manual_seed``,
+    ``torch.Generator.manual_seed`` and ``np.random.default_rng``; ``bits=32`` (the top 32 of the same 64-bit
+    state) suits the APIs that take no more, scikit-learn's ``random_state`` and ``np.random.RandomState``.
+    Deterministic across machines and Python versions (CRC-32 rather than the salted ``hash``);
+    ``derive(s, "a", 0)`` differs from ``derive(s, "a")``, since the key's length counts."""
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if bits not in (32, 63):
+        raise ValueError(f"stream {name!r}: bits must be 32 or 63, got {bits!r}")
     if not isinstance(name, str) or not name:
         raise ValueError(f"a seed stream needs a non-empty name, got {name!r}")
     bad = [i for i in index if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < _WORD]
@@ -38,4 +42,4 @@ def derive(seed: int, name: str, *index: int) -> int:
         raise ValueError(f"stream {name!r}: indices must be ints in [0, 2**32), got {bad}")
     key = (zlib.crc32(name.encode()), *(int(i) for i in index))
     state = np.random.SeedSequence(int(seed), spawn_key=key).generate_state(1, np.uint64)
-    return int(state[0] >> np.uint64(1))
+    return int(state[0] >> np.uint64(64 - bits))

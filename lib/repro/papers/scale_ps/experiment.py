@@ -291,7 +291,8 @@ def uda(head: Head, source: CropSet, target: UnlabeledTarget, cfg: Config, seed:
         tgt_feats = embed(_domain_head(head, target.maps), target.maps)
         stats = BCRStats([], [], [], [])
         if oracle_labels is None:
-            labels0, labels = pseudo_labels(tgt_feats, cfg, bcr, seed=derive(seed, "pseudo-labels", r), stats=stats)
+            labels0, labels = pseudo_labels(tgt_feats, cfg, bcr, seed=derive(seed, "pseudo-labels", r, bits=32),
+                                           stats=stats)  # 32 bits: scikit-learn's random_state
         else:
             labels0 = labels = np.unique(oracle_labels, return_inverse=True)[1]
         logs.append(RoundLog(labels0, labels, stats))
