@@ -19,7 +19,8 @@ from .registry import Paper, load_registry
 
 SHARED = ("repro.common.stats", "repro.common.train", "repro.common.linalg", "repro.common.numerics",
           "repro.common.nn", "repro.common.timing", "repro.common.hooks", "repro.common.settings",
-          "repro.common.assets", "repro.evidence", "repro.report", "repro.runtime", "repro.plotting")
+          "repro.common.assets", "repro.common.seeding", "repro.evidence", "repro.report", "repro.runtime",
+          "repro.plotting")
 _ROLE = re.compile(r":(?:py:)?(?:mod|func|class|data|meth|attr|obj|exc):`~?([^`]+)`")
 
 
